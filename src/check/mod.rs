@@ -1,0 +1,179 @@
+//! The checker: a delivery [`History`] in, a [`Verdict`] out.
+//!
+//! Violations (the design is broken): **reorder**, **split key**, **lost**, **concurrent**.
+//! Counted (allowed, but receivers must know): **gap** after a dead-letter, **duplicate**, and
+//! **stale duplicate**. Each kind carries its count and its first counterexample in time.
+//! Pure and deterministic: the same history gives the same verdict, byte for byte.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{PartitionId, Seq, Time};
+
+mod history;
+mod report;
+mod rules;
+
+pub use history::{
+    Acked, DeadLettered, Delivery, Enqueued, History, LeaseChange, LeaseEvent, Outcome,
+};
+
+/// A kind of finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// For one key, an event's first delivery came after the first delivery of a later event.
+    Reorder,
+    /// One key had undelivered events on two partitions at once.
+    SplitKey,
+    /// An event was neither delivered nor dead-lettered by the end.
+    Lost,
+    /// Two deliveries of different events of one partition were in flight at once.
+    Concurrent,
+    /// A later event was delivered after an earlier one of its key was dead-lettered.
+    Gap,
+    /// An event was delivered again after the endpoint had accepted it.
+    Duplicate,
+    /// A duplicate that arrived after a later event of its key.
+    StaleDuplicate,
+}
+
+impl Kind {
+    /// Every kind, violations first, in report order.
+    pub const ALL: [Kind; 7] = [
+        Kind::Reorder,
+        Kind::SplitKey,
+        Kind::Lost,
+        Kind::Concurrent,
+        Kind::Gap,
+        Kind::Duplicate,
+        Kind::StaleDuplicate,
+    ];
+
+    /// Whether this kind breaks the design's contract (as opposed to being counted).
+    pub fn is_violation(self) -> bool {
+        matches!(self, Kind::Reorder | Kind::SplitKey | Kind::Lost | Kind::Concurrent)
+    }
+
+    /// The kind's name as printed and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Reorder => "reorder",
+            Kind::SplitKey => "split_key",
+            Kind::Lost => "lost",
+            Kind::Concurrent => "concurrent",
+            Kind::Gap => "gap",
+            Kind::Duplicate => "duplicate",
+            Kind::StaleDuplicate => "stale_duplicate",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One concrete instance of a finding: enough to find it in a trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counterexample {
+    /// The key involved.
+    pub key: String,
+    /// The partitions involved.
+    pub partitions: Vec<PartitionId>,
+    /// The events involved, in the order the note names them.
+    pub event_ids: Vec<String>,
+    /// Their sequence numbers.
+    pub seqs: Vec<Seq>,
+    /// The times that make it a finding.
+    pub times: Vec<Time>,
+    /// One sentence saying what happened.
+    pub note: String,
+}
+
+/// The count of one kind and its first counterexample.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The kind.
+    pub kind: Kind,
+    /// How many times it occurred.
+    pub count: u64,
+    /// The first occurrence, if any.
+    pub first: Option<Counterexample>,
+}
+
+/// The checker's judgement of one history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Events enqueued.
+    pub events: usize,
+    /// Delivery attempts observed.
+    pub deliveries: usize,
+    /// Events dead-lettered.
+    pub dead_lettered: usize,
+    /// One finding per kind, in [`Kind::ALL`] order.
+    pub findings: Vec<Finding>,
+}
+
+impl Verdict {
+    /// The count of `kind`.
+    pub fn count(&self, kind: Kind) -> u64 {
+        self.finding(kind).map_or(0, |f| f.count)
+    }
+
+    /// The finding of `kind`.
+    pub fn finding(&self, kind: Kind) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.kind == kind)
+    }
+
+    /// The total of all violation counts.
+    pub fn violations(&self) -> u64 {
+        self.findings.iter().filter(|f| f.kind.is_violation()).map(|f| f.count).sum()
+    }
+
+    /// Whether the history keeps the contract.
+    pub fn is_ok(&self) -> bool {
+        self.violations() == 0
+    }
+
+    /// The kinds with a non-zero count that are violations.
+    pub fn violated(&self) -> Vec<Kind> {
+        self.findings
+            .iter()
+            .filter(|f| f.kind.is_violation() && f.count > 0)
+            .map(|f| f.kind)
+            .collect()
+    }
+}
+
+/// Judges `history`. Never fails: an inconsistent history (a delivery of an event that was
+/// never enqueued, say) is judged on what it contains.
+pub fn check(history: &History) -> Verdict {
+    let index = rules::Index::new(history);
+    let findings = Kind::ALL
+        .iter()
+        .map(|&kind| {
+            let (count, first) = match kind {
+                Kind::Reorder => rules::reorder(&index),
+                Kind::SplitKey => rules::split_keys(&index),
+                Kind::Lost => rules::lost(&index),
+                Kind::Concurrent => rules::concurrent(&index),
+                Kind::Gap => rules::gaps(&index),
+                Kind::Duplicate => rules::duplicates(&index, false),
+                Kind::StaleDuplicate => rules::duplicates(&index, true),
+            };
+            Finding { kind, count, first }
+        })
+        .collect();
+    Verdict {
+        events: history.enqueued.len(),
+        deliveries: history.deliveries.len(),
+        dead_lettered: history.dead_letters.len(),
+        findings,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,274 @@
+//! One function per finding kind. Each returns the count and the first counterexample in time.
+//! Every collection is a `BTreeMap` or a sorted `Vec`, so results never depend on hash order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::history::{DeadLettered, Delivery, Enqueued, History, Outcome};
+use super::Counterexample;
+use crate::ids::{PartitionId, Seq, Time};
+
+type Found = (u64, Option<Counterexample>);
+
+/// Lookups shared by the rules, built once per history.
+pub(super) struct Index<'h> {
+    history: &'h History,
+    events: BTreeMap<Seq, &'h Enqueued>,
+    dead: BTreeMap<Seq, &'h DeadLettered>,
+    /// Indices into `deliveries`, sorted by arrival time then observation order.
+    arrival_order: Vec<usize>,
+    /// When each row left the queue (first acknowledgement or dead-letter).
+    resolved_at: BTreeMap<Seq, Time>,
+}
+
+impl<'h> Index<'h> {
+    pub(super) fn new(history: &'h History) -> Self {
+        let events = history.enqueued.iter().map(|e| (e.seq, e)).collect();
+        let dead = history.dead_letters.iter().map(|d| (d.seq, d)).collect();
+        let mut arrival_order: Vec<usize> = (0..history.deliveries.len()).collect();
+        arrival_order.sort_by_key(|&i| (history.deliveries[i].arrived_at, i));
+        let mut resolved_at = BTreeMap::new();
+        let resolutions = history.acks.iter().map(|a| (a.seq, a.at));
+        for (seq, at) in resolutions.chain(history.dead_letters.iter().map(|d| (d.seq, d.at))) {
+            resolved_at.entry(seq).and_modify(|t: &mut Time| *t = (*t).min(at)).or_insert(at);
+        }
+        Self { history, events, dead, arrival_order, resolved_at }
+    }
+
+    fn arrivals(&self) -> impl Iterator<Item = &'h Delivery> + '_ {
+        self.arrival_order.iter().map(|&i| &self.history.deliveries[i])
+    }
+}
+
+fn example(
+    key: &str,
+    partitions: Vec<PartitionId>,
+    items: &[(&str, Seq, Time)],
+    note: String,
+) -> Counterexample {
+    Counterexample {
+        key: key.to_owned(),
+        partitions,
+        event_ids: items.iter().map(|(id, _, _)| (*id).to_owned()).collect(),
+        seqs: items.iter().map(|(_, s, _)| *s).collect(),
+        times: items.iter().map(|(_, _, t)| *t).collect(),
+        note,
+    }
+}
+
+fn record(found: &mut Found, make: impl FnOnce() -> Counterexample) {
+    found.0 += 1;
+    if found.1.is_none() {
+        found.1 = Some(make());
+    }
+}
+
+/// First arrivals per key must come in seq order.
+pub(super) fn reorder(index: &Index<'_>) -> Found {
+    let mut found = (0, None);
+    let mut seen = BTreeSet::new();
+    let mut latest: BTreeMap<&str, &Delivery> = BTreeMap::new();
+    for d in index.arrivals() {
+        if !seen.insert(d.seq) {
+            continue;
+        }
+        match latest.get(d.key.as_str()) {
+            Some(later) if later.seq > d.seq => record(&mut found, || {
+                example(
+                    &d.key,
+                    vec![later.partition, d.partition],
+                    &[
+                        (&later.event_id, later.seq, later.arrived_at),
+                        (&d.event_id, d.seq, d.arrived_at),
+                    ],
+                    format!(
+                        "seq {} was first delivered at {}, after seq {} of the same key at {}",
+                        d.seq, d.arrived_at, later.seq, later.arrived_at
+                    ),
+                )
+            }),
+            _ => {
+                latest.insert(&d.key, d);
+            }
+        }
+    }
+    found
+}
+
+/// Redeliveries after acceptance; with `stale_only`, those that came after a later event.
+pub(super) fn duplicates(index: &Index<'_>, stale_only: bool) -> Found {
+    let mut found = (0, None);
+    let mut accepted: BTreeMap<Seq, &Delivery> = BTreeMap::new();
+    let mut max_seq: BTreeMap<&str, &Delivery> = BTreeMap::new();
+    for d in index.arrivals() {
+        if let Some(first) = accepted.get(&d.seq) {
+            let later = max_seq.get(d.key.as_str()).filter(|m| m.seq > d.seq);
+            if !stale_only || later.is_some() {
+                record(&mut found, || {
+                    let mut items = vec![(first.event_id.as_str(), first.seq, first.arrived_at)];
+                    items.push((&d.event_id, d.seq, d.arrived_at));
+                    let mut note = format!(
+                        "seq {} accepted at {} arrived again at {}",
+                        d.seq, first.arrived_at, d.arrived_at
+                    );
+                    if let Some(l) = later {
+                        items.push((&l.event_id, l.seq, l.arrived_at));
+                        note.push_str(&format!(", after seq {} at {}", l.seq, l.arrived_at));
+                    }
+                    example(&d.key, vec![first.partition, d.partition], &items, note)
+                });
+            }
+        }
+        if d.outcome == Outcome::Accepted {
+            accepted.entry(d.seq).or_insert(d);
+        }
+        if max_seq.get(d.key.as_str()).is_none_or(|m| m.seq < d.seq) {
+            max_seq.insert(&d.key, d);
+        }
+    }
+    found
+}
+
+/// Events neither accepted by an endpoint nor dead-lettered.
+pub(super) fn lost(index: &Index<'_>) -> Found {
+    let accepted: BTreeSet<Seq> = index
+        .history
+        .deliveries
+        .iter()
+        .filter(|d| d.outcome == Outcome::Accepted)
+        .map(|d| d.seq)
+        .collect();
+    let mut found = (0, None);
+    for e in index.events.values() {
+        if !accepted.contains(&e.seq) && !index.dead.contains_key(&e.seq) {
+            record(&mut found, || {
+                example(
+                    &e.key,
+                    vec![e.partition],
+                    &[(&e.event_id, e.seq, e.at)],
+                    format!(
+                        "seq {} enqueued at {} was neither delivered nor dead-lettered",
+                        e.seq, e.at
+                    ),
+                )
+            });
+        }
+    }
+    found
+}
+
+/// Dead-lettered events followed by a delivery of a later event of their key.
+pub(super) fn gaps(index: &Index<'_>) -> Found {
+    let mut found = (0, None);
+    let mut by_time: Vec<&DeadLettered> = index.history.dead_letters.iter().collect();
+    by_time.sort_by_key(|d| (d.at, d.seq));
+    for dl in by_time {
+        let Some(ev) = index.events.get(&dl.seq) else { continue };
+        let next =
+            index.arrivals().find(|d| d.key == ev.key && d.seq > dl.seq && d.arrived_at >= dl.at);
+        if let Some(next) = next {
+            record(&mut found, || {
+                example(
+                    &ev.key,
+                    vec![ev.partition],
+                    &[(&ev.event_id, dl.seq, dl.at), (&next.event_id, next.seq, next.arrived_at)],
+                    format!(
+                        "seq {} was dead-lettered at {} ({}); seq {} followed",
+                        dl.seq, dl.at, dl.reason, next.seq
+                    ),
+                )
+            });
+        }
+    }
+    found
+}
+
+/// Overlapping deliveries of different events from one partition.
+pub(super) fn concurrent(index: &Index<'_>) -> Found {
+    let deliveries = &index.history.deliveries;
+    let mut by_partition: BTreeMap<PartitionId, Vec<usize>> = BTreeMap::new();
+    for (i, d) in deliveries.iter().enumerate() {
+        by_partition.entry(d.partition).or_default().push(i);
+    }
+    let mut hits: Vec<(Time, usize, usize)> = Vec::new();
+    for mut list in by_partition.into_values() {
+        list.sort_by_key(|&i| (deliveries[i].sent_at, i));
+        let mut active: Vec<usize> = Vec::new();
+        for i in list {
+            let d = &deliveries[i];
+            active.retain(|&a| deliveries[a].end() > d.sent_at);
+            if let Some(&other) = active.iter().find(|&&a| deliveries[a].seq != d.seq) {
+                hits.push((d.sent_at, other, i));
+            }
+            active.push(i);
+        }
+    }
+    hits.sort();
+    let mut found = (0, None);
+    for (_, a, b) in hits {
+        let (a, b) = (&deliveries[a], &deliveries[b]);
+        record(&mut found, || {
+            example(
+                &b.key,
+                vec![a.partition],
+                &[(&a.event_id, a.seq, a.sent_at), (&b.event_id, b.seq, b.sent_at)],
+                format!(
+                    "partition {}: seq {} was sent at {} while seq {} (sent at {}) was still in flight until {}",
+                    a.partition, b.seq, b.sent_at, a.seq, a.sent_at, a.end()
+                ),
+            )
+        });
+    }
+    found
+}
+
+/// Keys with queued events on two partitions at the same time. Each key counts once.
+pub(super) fn split_keys(index: &Index<'_>) -> Found {
+    let never = Time(std::time::Duration::MAX);
+    let mut by_key: BTreeMap<&str, Vec<&Enqueued>> = BTreeMap::new();
+    for e in index.events.values() {
+        by_key.entry(&e.key).or_default().push(e);
+    }
+    let mut hits: Vec<(Time, Counterexample)> = Vec::new();
+    for (key, events) in by_key {
+        if events.iter().all(|e| e.partition == events[0].partition) {
+            continue;
+        }
+        // Sweep: at equal times a row leaving (false) sorts before a row arriving (true).
+        let mut points: Vec<(Time, bool, &Enqueued)> = Vec::new();
+        for e in &events {
+            points.push((e.at, true, e));
+            points.push((index.resolved_at.get(&e.seq).copied().unwrap_or(never), false, e));
+        }
+        points.sort_by_key(|(t, arriving, e)| (*t, *arriving, e.seq));
+        let mut active: BTreeMap<PartitionId, Vec<&Enqueued>> = BTreeMap::new();
+        for (t, arriving, e) in points {
+            if !arriving {
+                if let Some(list) = active.get_mut(&e.partition) {
+                    list.retain(|x| x.seq != e.seq);
+                }
+                continue;
+            }
+            let other = active.iter().find(|(p, list)| **p != e.partition && !list.is_empty());
+            if let Some((p, list)) = other {
+                let o = list[0];
+                hits.push((
+                    t,
+                    example(
+                        key,
+                        vec![*p, e.partition],
+                        &[(&o.event_id, o.seq, o.at), (&e.event_id, e.seq, e.at)],
+                        format!(
+                            "key queued on partition {} (seq {}) when seq {} was enqueued on partition {}",
+                            p, o.seq, e.seq, e.partition
+                        ),
+                    ),
+                ));
+                break;
+            }
+            active.entry(e.partition).or_default().push(e);
+        }
+    }
+    hits.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+    let count = hits.len() as u64;
+    (count, hits.into_iter().next().map(|(_, c)| c))
+}

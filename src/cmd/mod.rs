@@ -1,0 +1,41 @@
+//! The `keyorder` command line: argument parsing and dispatch. Library errors get context
+//! here (anyhow); bad input exits 2, anything else 1.
+
+use clap::{Parser, Subcommand};
+
+mod route;
+
+/// Operate a per-key ordered, partitioned webhook queue.
+#[derive(Debug, Parser)]
+#[command(name = "keyorder", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the partition of each key (one UTF-8 key per line), as the reference routing does.
+    Route(route::RouteArgs),
+}
+
+/// Input the user can fix: reported with exit code 2, like a usage error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// Runs the parsed command.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Route(args) => route::run(args),
+    }
+}
+
+/// 2 for input the user can fix, 1 for everything else.
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    if err.chain().any(|e| e.is::<BadInput>()) {
+        2
+    } else {
+        1
+    }
+}

@@ -1,0 +1,304 @@
+//! Transition tests for the drain machine, driven without tokio or sleeps: the harness jumps
+//! time to the machine's next timeout.
+
+use std::time::Duration;
+
+use super::*;
+
+const P: PartitionId = PartitionId(3);
+
+fn policy() -> RetryPolicy {
+    RetryPolicy::new(3, Duration::from_millis(100), Duration::from_millis(800))
+        .expect("valid policy")
+}
+
+fn machine() -> Drain {
+    let mut config = DrainConfig::new(P, 42);
+    config.retry = policy();
+    config.idle_poll = Duration::from_millis(50);
+    Drain::new(config)
+}
+
+fn head(seq: i64) -> Head {
+    Head {
+        seq: Seq(seq),
+        event_id: format!("evt_{seq}"),
+        key: "sub_1".into(),
+        payload: "{}".into(),
+        attempts: 0,
+        not_before: None,
+        last_error: None,
+    }
+}
+
+/// A machine plus a clock: `step()` jumps to the earliest timeout, `drain()` collects actions.
+struct Harness {
+    drain: Drain,
+    time: Time,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self { drain: machine(), time: Time::ZERO }
+    }
+
+    fn input(&mut self, input: Input) -> Vec<Action> {
+        self.drain.handle(input, self.time).expect("legal input");
+        self.actions()
+    }
+
+    fn actions(&mut self) -> Vec<Action> {
+        std::iter::from_fn(|| self.drain.poll_action()).take(100).collect()
+    }
+
+    /// Jumps to the next timeout and fires it; returns the actions it produced.
+    fn step(&mut self) -> Vec<Action> {
+        let at = self.drain.poll_timeout().expect("a timer is armed");
+        self.time = self.time.max(at);
+        self.drain.handle_timeout(self.time);
+        self.actions()
+    }
+
+    fn acquire(&mut self, epoch: u64) -> Vec<Action> {
+        self.input(Input::LeaseAcquired { epoch: Epoch(epoch) })
+    }
+
+    fn fail(&mut self, seq: i64) -> Vec<Action> {
+        self.input(Input::DeliveryFailed {
+            seq: Seq(seq),
+            error: "HTTP 503".into(),
+            retry_after: None,
+        })
+    }
+}
+
+fn fetch(epoch: u64) -> Action {
+    Action::FetchHead { partition: P, epoch: Epoch(epoch) }
+}
+
+fn deliver(epoch: u64, h: &Head, attempt: u32) -> Action {
+    Action::Deliver { partition: P, epoch: Epoch(epoch), head: h.clone(), attempt }
+}
+
+#[test]
+fn success_path_delivers_acks_and_fetches_the_next_head() {
+    let mut h = Harness::new();
+    assert_eq!(h.acquire(1), vec![fetch(1)]);
+    let first = head(10);
+    assert_eq!(h.input(Input::HeadFetched(Some(first.clone()))), vec![deliver(1, &first, 1)]);
+    assert_eq!(h.drain.in_flight(), Some((Seq(10), 1)));
+    assert_eq!(
+        h.input(Input::DeliverySucceeded { seq: Seq(10) }),
+        vec![Action::Acknowledge { partition: P, epoch: Epoch(1), seq: Seq(10) }, fetch(1)]
+    );
+    assert_eq!(h.drain.in_flight(), None);
+    // An empty partition waits for the idle poll, then looks again.
+    assert_eq!(h.input(Input::HeadFetched(None)), vec![]);
+    assert_eq!(h.drain.poll_timeout(), Some(Time::from_millis(50)));
+    assert_eq!(h.step(), vec![fetch(1)]);
+}
+
+#[test]
+fn retry_then_success_waits_for_the_backoff() {
+    let mut h = Harness::new();
+    h.acquire(1);
+    let first = head(10);
+    h.input(Input::HeadFetched(Some(first.clone())));
+    let actions = h.fail(10);
+    let [Action::ScheduleRetry { seq, attempts: 1, not_before, .. }] = actions.as_slice() else {
+        panic!("expected one ScheduleRetry, got {actions:?}");
+    };
+    assert_eq!(*seq, Seq(10));
+    assert!(*not_before <= Time::from_millis(100), "first backoff above base: {not_before}");
+    assert_eq!(h.drain.in_flight(), None, "nothing in flight while waiting");
+    // The retry re-reads the head under the lease before it delivers.
+    assert_eq!(h.step(), vec![fetch(1)]);
+    assert_eq!(h.time, *not_before);
+    let mut retried = first.clone();
+    retried.attempts = 1;
+    retried.not_before = Some(*not_before);
+    retried.last_error = Some("HTTP 503".into());
+    assert_eq!(h.input(Input::HeadFetched(Some(retried.clone()))), vec![deliver(1, &retried, 2)]);
+    let done = h.input(Input::DeliverySucceeded { seq: Seq(10) });
+    assert_eq!(done[0], Action::Acknowledge { partition: P, epoch: Epoch(1), seq: Seq(10) });
+}
+
+#[test]
+fn exhaustion_dead_letters_and_moves_on() {
+    let mut h = Harness::new();
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(head(10))));
+    for attempts in 1..=2 {
+        h.fail(10);
+        assert_eq!(h.step(), vec![fetch(1)]);
+        let mut again = head(10);
+        again.attempts = attempts;
+        let delivered = h.input(Input::HeadFetched(Some(again)));
+        assert!(
+            matches!(delivered.as_slice(), [Action::Deliver { attempt, .. }] if *attempt == attempts + 1)
+        );
+    }
+    assert_eq!(
+        h.fail(10),
+        vec![
+            Action::DeadLetter {
+                partition: P,
+                epoch: Epoch(1),
+                seq: Seq(10),
+                attempts: 3,
+                reason: "exhausted after 3 attempts: HTTP 503".into(),
+            },
+            fetch(1),
+        ]
+    );
+    let next = head(11);
+    assert_eq!(h.input(Input::HeadFetched(Some(next.clone()))), vec![deliver(1, &next, 1)]);
+}
+
+#[test]
+fn lease_loss_in_flight_ignores_the_late_result_and_acknowledges_nothing() {
+    let mut h = Harness::new();
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(head(10))));
+    assert_eq!(h.input(Input::LeaseLost), vec![]);
+    assert!(!h.drain.is_owned());
+    assert_eq!(h.input(Input::DeliverySucceeded { seq: Seq(10) }), vec![], "late result ignored");
+    assert_eq!(h.drain.poll_timeout(), None, "no timer survives the loss");
+    // A second late result is no longer expected: it is an error, not a silent ack.
+    assert!(matches!(
+        h.drain.handle(Input::DeliverySucceeded { seq: Seq(10) }, h.time),
+        Err(DrainError::NothingInFlight { .. })
+    ));
+    // A new lease must have a newer epoch; then the partition is fetched afresh.
+    assert!(matches!(
+        h.drain.handle(Input::LeaseAcquired { epoch: Epoch(1) }, h.time),
+        Err(DrainError::StaleEpoch { .. })
+    ));
+    assert_eq!(h.acquire(2), vec![fetch(2)]);
+}
+
+#[test]
+fn lease_loss_while_waiting_cancels_the_retry_and_queued_actions() {
+    let mut h = Harness::new();
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(head(10))));
+    h.drain
+        .handle(
+            Input::DeliveryFailed { seq: Seq(10), error: "x".into(), retry_after: None },
+            h.time,
+        )
+        .unwrap();
+    // The ScheduleRetry is still queued when the loss arrives: it must not reach the store.
+    h.drain.handle(Input::LeaseLost, h.time).unwrap();
+    assert_eq!(h.actions(), vec![]);
+    assert_eq!(h.drain.poll_timeout(), None);
+}
+
+#[test]
+fn backoff_stays_within_zero_and_cap() {
+    for seed in 0..50 {
+        let mut config = DrainConfig::new(P, seed);
+        config.retry =
+            RetryPolicy::new(50, Duration::from_millis(100), Duration::from_millis(800)).unwrap();
+        let mut h = Harness { drain: Drain::new(config), time: Time::from_millis(1000) };
+        h.acquire(1);
+        h.input(Input::HeadFetched(Some(head(1))));
+        for n in 0..40u32 {
+            let actions = h.fail(1);
+            let [Action::ScheduleRetry { not_before, .. }] = actions.as_slice() else {
+                panic!("expected a retry: {actions:?}");
+            };
+            let delay = not_before.saturating_since(h.time);
+            assert!(delay <= Duration::from_millis(800), "seed {seed}: {delay:?}");
+            h.step();
+            let mut again = head(1);
+            again.attempts = n + 1;
+            h.drain.handle(Input::HeadFetched(Some(again)), h.time).unwrap();
+            h.actions();
+        }
+    }
+}
+
+#[test]
+fn release_waits_for_the_in_flight_delivery() {
+    let mut h = Harness::new();
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(head(10))));
+    assert_eq!(h.input(Input::ReleaseRequested), vec![]);
+    assert!(h.drain.is_owned());
+    assert_eq!(
+        h.input(Input::DeliverySucceeded { seq: Seq(10) }),
+        vec![
+            Action::Acknowledge { partition: P, epoch: Epoch(1), seq: Seq(10) },
+            Action::Release { partition: P, epoch: Epoch(1) },
+        ]
+    );
+    assert!(!h.drain.is_owned());
+}
+
+#[test]
+fn a_recorded_backoff_is_honoured_after_a_handover() {
+    let mut h = Harness::new();
+    h.acquire(1);
+    let mut waiting = head(10);
+    waiting.attempts = 1;
+    waiting.not_before = Some(Time::from_millis(300));
+    assert_eq!(h.input(Input::HeadFetched(Some(waiting.clone()))), vec![]);
+    assert_eq!(h.drain.poll_timeout(), Some(Time::from_millis(300)));
+    assert_eq!(h.step(), vec![fetch(1)]);
+    assert_eq!(h.input(Input::HeadFetched(Some(waiting.clone()))), vec![deliver(1, &waiting, 2)]);
+}
+
+#[test]
+fn an_exhausted_head_is_dead_lettered_without_another_attempt() {
+    let mut h = Harness::new();
+    h.acquire(1);
+    let mut worn = head(10);
+    worn.attempts = 3;
+    worn.last_error = Some("timeout".into());
+    let actions = h.input(Input::HeadFetched(Some(worn)));
+    assert!(matches!(
+        actions.as_slice(),
+        [Action::DeadLetter { attempts: 3, reason, .. }, Action::FetchHead { .. }]
+            if reason == "exhausted after 3 attempts: timeout"
+    ));
+}
+
+#[test]
+fn illegal_inputs_are_errors_not_panics() {
+    let mut h = Harness::new();
+    let at = h.time;
+    assert!(matches!(
+        h.drain.handle(Input::DeliverySucceeded { seq: Seq(1) }, at),
+        Err(DrainError::NothingInFlight { .. })
+    ));
+    assert!(matches!(
+        h.drain.handle(Input::HeadFetched(None), at),
+        Err(DrainError::UnexpectedHead { .. })
+    ));
+    h.acquire(5);
+    assert!(matches!(
+        h.drain.handle(Input::LeaseAcquired { epoch: Epoch(6) }, at),
+        Err(DrainError::AlreadyOwned { .. })
+    ));
+    h.input(Input::HeadFetched(Some(head(10))));
+    assert!(matches!(
+        h.drain.handle(Input::DeliverySucceeded { seq: Seq(11) }, at),
+        Err(DrainError::WrongSeq { expected: Seq(10), got: Seq(11), .. })
+    ));
+    assert_eq!(h.drain.in_flight(), Some((Seq(10), 1)), "an error leaves the state unchanged");
+}
+
+#[test]
+fn time_never_runs_backwards_and_early_timeouts_are_no_ops() {
+    let mut h = Harness::new();
+    h.time = Time::from_millis(500);
+    h.acquire(1);
+    h.input(Input::HeadFetched(None));
+    assert_eq!(h.drain.poll_timeout(), Some(Time::from_millis(550)));
+    h.drain.handle_timeout(Time::from_millis(100));
+    assert_eq!(h.actions(), vec![], "a backwards time does not fire anything");
+    h.drain.handle_timeout(Time::from_millis(549));
+    assert_eq!(h.actions(), vec![]);
+    assert_eq!(h.step(), vec![fetch(1)]);
+}

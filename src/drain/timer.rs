@@ -1,0 +1,39 @@
+//! The drain machine's timers: a fixed table, no heap, fixed order (as quinn-proto's).
+
+use crate::ids::Time;
+
+/// Why the machine wants to wake up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Timer {
+    /// A failed head may be delivered again.
+    Retry = 0,
+    /// An empty partition looks at its head again.
+    IdlePoll = 1,
+}
+
+const TIMERS: [Timer; 2] = [Timer::Retry, Timer::IdlePoll];
+
+/// One optional deadline per [`Timer`].
+#[derive(Clone, Debug, Default)]
+pub(super) struct TimerTable {
+    data: [Option<Time>; 2],
+}
+
+impl TimerTable {
+    pub(super) fn set(&mut self, timer: Timer, at: Time) {
+        self.data[timer as usize] = Some(at);
+    }
+
+    /// The earliest deadline.
+    pub(super) fn next(&self) -> Option<Time> {
+        self.data.iter().flatten().min().copied()
+    }
+
+    /// Clears and returns one timer due at `now`, in table order.
+    pub(super) fn expired(&mut self, now: Time) -> Option<Timer> {
+        let timer =
+            TIMERS.into_iter().find(|t| self.data[*t as usize].is_some_and(|at| at <= now))?;
+        self.data[timer as usize] = None;
+        Some(timer)
+    }
+}

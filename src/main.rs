@@ -1,0 +1,18 @@
+//! `keyorder`: operate a per-key ordered webhook queue. Subcommands: `route`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cmd;
+
+fn main() -> ExitCode {
+    let cli = cmd::Cli::parse();
+    match cmd::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("keyorder: error: {err:#}");
+            ExitCode::from(cmd::exit_code(&err))
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! `keyorder route` as a user runs it: answers, errors and exit codes.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn route(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keyorder"))
+        .arg("route")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the keyorder binary runs");
+    child.stdin.take().expect("piped").write_all(stdin).expect("write keys");
+    child.wait_with_output().expect("it exits")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 output")
+}
+
+#[test]
+fn routes_like_the_python_formula() {
+    // python3 -c 'import hashlib; [print(int.from_bytes(hashlib.blake2b(k, digest_size=8).digest(), "big") % 16) for k in (b"sub_42", b"sub_7")]'
+    let out = route(&["--partitions", "16"], b"sub_42\nsub_7\n");
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "2\n10\n");
+}
+
+#[test]
+fn tsv_and_crlf_lines() {
+    let out = route(&["--partitions", "16", "--format", "tsv"], b"sub_42\r\nsub_7");
+    assert_eq!(stdout(&out), "sub_42\t2\nsub_7\t10\n");
+}
+
+#[test]
+fn bad_counts_exit_2_naming_the_range() {
+    for bad in ["0", "40000", "-3", "many"] {
+        let out = route(&["--partitions", bad], b"");
+        assert_eq!(out.status.code(), Some(2), "--partitions {bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("between 1 and 32767"), "--partitions {bad}: {err}");
+    }
+}
+
+#[test]
+fn invalid_utf8_exits_2_naming_the_line() {
+    let out = route(&["--partitions", "4"], b"ok\nfine\n\xff\xfe\n");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 3"), "{err}");
+}
+
+#[test]
+fn a_missing_file_exits_2() {
+    let out = route(&["--partitions", "4", "/nonexistent/keys.txt"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
+}
+
+#[test]
+fn stats_count_per_partition_and_find_heavy_keys() {
+    let mut keys = Vec::new();
+    for i in 0..2000 {
+        keys.extend_from_slice(format!("sub_{i}\n").as_bytes());
+    }
+    for _ in 0..50 {
+        keys.extend_from_slice(b"whale\n");
+    }
+    let out = route(&["--partitions", "8", "--stats"], &keys);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(text.starts_with("keys 2050, partitions 8"), "{text}");
+    let per: u64 = text
+        .lines()
+        .skip(2)
+        .take(8)
+        .map(|l| l.split('\t').nth(1).expect("two columns").parse::<u64>().expect("a count"))
+        .sum();
+    assert_eq!(per, 2050);
+    let heavy =
+        text.lines().skip_while(|l| !l.starts_with("heaviest")).nth(1).expect("a heavy key");
+    // 2,000 distinct keys overflow the 1,024 counters, so the count is a range that holds 50.
+    let cols: Vec<&str> = heavy.split('\t').collect();
+    assert_eq!(cols[3], "whale", "{heavy}");
+    let (low, high): (u64, u64) = (cols[0].parse().unwrap(), cols[1].parse().unwrap());
+    assert!(low <= 50 && 50 <= high && high - low <= 2, "{heavy}");
+}
