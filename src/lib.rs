@@ -16,12 +16,16 @@
 //! machines inputs and carry out their actions; see [`drain::Drain`] for the call order.
 
 pub mod check;
+pub mod clock;
+pub mod deliver;
 pub mod drain;
 mod ids;
 pub mod key;
 pub mod lease;
 pub mod retry;
 pub mod routing;
+pub mod store;
+pub mod worker;
 
 pub use ids::{Epoch, PartitionId, Seq, Time};
 pub use key::{partition_key, Event, KeyError};

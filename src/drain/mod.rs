@@ -15,7 +15,10 @@
 //! * nothing past the head is delivered until the head is acknowledged or dead-lettered;
 //! * every action carries the epoch of the lease it was decided under;
 //! * after [`Input::LeaseLost`] no action touches the partition until a new lease with a larger
-//!   epoch is acquired, and a late delivery result is ignored (nothing is acknowledged).
+//!   epoch is acquired, and a late delivery result is ignored (nothing is acknowledged);
+//! * a new lease reads nothing before `takeover_delay` has passed: a previous holder that lost
+//!   its lease without knowing (its session was dropped by a store restart, say) may still
+//!   have one delivery in flight, and that delivery ends within the delivery timeout.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -215,12 +218,22 @@ pub struct DrainConfig {
     pub idle_poll: Duration,
     /// Seed of the jitter RNG: the same seed and inputs give the same delays.
     pub rng_seed: u64,
+    /// How long a new lease waits before its first read: at least the delivery timeout, so
+    /// that a previous holder's in-flight delivery has ended (a store restart drops every
+    /// lease at once while deliveries are still out).
+    pub takeover_delay: Duration,
 }
 
 impl DrainConfig {
     /// The defaults for `partition`, with jitter seeded from `rng_seed`.
     pub fn new(partition: PartitionId, rng_seed: u64) -> Self {
-        Self { partition, retry: RetryPolicy::default(), idle_poll: DEFAULT_IDLE_POLL, rng_seed }
+        Self {
+            partition,
+            retry: RetryPolicy::default(),
+            idle_poll: DEFAULT_IDLE_POLL,
+            rng_seed,
+            takeover_delay: Duration::ZERO,
+        }
     }
 }
 
@@ -228,6 +241,7 @@ impl DrainConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Phase {
     Unowned,
+    TakingOver,
     Fetching,
     Empty,
     Waiting(Head),
@@ -348,7 +362,12 @@ impl Drain {
         self.epoch = Some(epoch);
         self.last_epoch = Some(epoch);
         self.release_pending = false;
-        self.fetch(epoch);
+        if self.config.takeover_delay.is_zero() {
+            self.fetch(epoch);
+        } else {
+            self.phase = Phase::TakingOver;
+            self.timers.set(Timer::Takeover, self.now.saturating_add(self.config.takeover_delay));
+        }
         Ok(())
     }
 
@@ -466,7 +485,7 @@ impl Drain {
     fn on_release_requested(&mut self) {
         let Some(epoch) = self.epoch else { return };
         match self.phase {
-            Phase::Empty | Phase::Waiting(_) => self.release(epoch),
+            Phase::TakingOver | Phase::Empty | Phase::Waiting(_) => self.release(epoch),
             Phase::Fetching | Phase::InFlight { .. } => self.release_pending = true,
             Phase::Unowned => {}
         }
@@ -475,7 +494,9 @@ impl Drain {
     fn on_timer(&mut self, timer: Timer) {
         let Some(epoch) = self.epoch else { return };
         match (timer, std::mem::replace(&mut self.phase, Phase::Unowned)) {
-            (Timer::IdlePoll, Phase::Empty) => self.fetch(epoch),
+            (Timer::IdlePoll, Phase::Empty) | (Timer::Takeover, Phase::TakingOver) => {
+                self.fetch(epoch)
+            }
             // Fetch again rather than deliver the held row: every delivery then follows a fenced
             // read by no more than the time it takes to start it, so a worker that lost its
             // lease during the backoff learns it before it delivers.

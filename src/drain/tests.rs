@@ -302,3 +302,22 @@ fn time_never_runs_backwards_and_early_timeouts_are_no_ops() {
     assert_eq!(h.actions(), vec![]);
     assert_eq!(h.step(), vec![fetch(1)]);
 }
+
+#[test]
+fn a_new_lease_waits_out_the_takeover_delay_before_reading() {
+    let mut config = DrainConfig::new(P, 1);
+    config.takeover_delay = Duration::from_millis(400);
+    let mut h = Harness { drain: Drain::new(config), time: Time::from_millis(100) };
+    assert_eq!(h.acquire(1), vec![], "nothing is read during the takeover delay");
+    assert_eq!(h.drain.poll_timeout(), Some(Time::from_millis(500)));
+    assert_eq!(h.step(), vec![fetch(1)]);
+    // A release during the delay gives the lease straight back.
+    let mut config = DrainConfig::new(P, 1);
+    config.takeover_delay = Duration::from_millis(400);
+    let mut h = Harness { drain: Drain::new(config), time: Time::ZERO };
+    h.acquire(1);
+    assert_eq!(
+        h.input(Input::ReleaseRequested),
+        vec![Action::Release { partition: P, epoch: Epoch(1) }]
+    );
+}

@@ -9,14 +9,16 @@ pub(super) enum Timer {
     Retry = 0,
     /// An empty partition looks at its head again.
     IdlePoll = 1,
+    /// A new lease may start delivering: the previous holder's delivery has timed out.
+    Takeover = 2,
 }
 
-const TIMERS: [Timer; 2] = [Timer::Retry, Timer::IdlePoll];
+const TIMERS: [Timer; 3] = [Timer::Retry, Timer::IdlePoll, Timer::Takeover];
 
 /// One optional deadline per [`Timer`].
 #[derive(Clone, Debug, Default)]
 pub(super) struct TimerTable {
-    data: [Option<Time>; 2],
+    data: [Option<Time>; 3],
 }
 
 impl TimerTable {

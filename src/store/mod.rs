@@ -1,0 +1,127 @@
+//! The store boundary the worker is written against: membership, leases, and the fenced queue
+//! operations of one leased partition.
+//!
+//! Implementations: PostgreSQL (session advisory locks) and the simulation's store host. A
+//! [`LeaseSession`] is one dedicated connection holding one partition's lease; every head
+//! read and acknowledgement goes through it, so a worker that lost its lease cannot advance the
+//! partition (fenced by construction).
+
+// The worker runs on a current-thread runtime (turmoil's, or `LocalSet` in production), so
+// these futures need no `Send` bound.
+#![allow(async_fn_in_trait)]
+
+use std::time::Duration;
+
+use crate::ids::{Epoch, PartitionId, Seq};
+use crate::routing::PartitionCount;
+
+/// Errors at the store boundary. Any of them on a lease session means the lease is gone.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The connection failed or was closed.
+    #[error("store connection failed")]
+    Io(#[from] std::io::Error),
+    /// The store did not answer in time; the connection is presumed dead.
+    #[error("store did not answer {operation} within {after:?}")]
+    Timeout {
+        /// The operation that timed out.
+        operation: &'static str,
+        /// How long it waited.
+        after: Duration,
+    },
+    /// A fenced statement was refused: this session no longer holds the lease.
+    #[error("partition {partition}: lease with epoch {epoch} is not held by this session")]
+    LeaseNotHeld {
+        /// The partition.
+        partition: PartitionId,
+        /// The epoch the statement was fenced with.
+        epoch: Epoch,
+    },
+    /// The store refused the request, saying why.
+    #[error("store refused {operation}: {reason}")]
+    Refused {
+        /// The operation.
+        operation: &'static str,
+        /// The store's reason.
+        reason: String,
+    },
+}
+
+/// A queue row as the store returns it: the head of a partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredHead {
+    /// The row's sequence number.
+    pub seq: Seq,
+    /// The event's unique id.
+    pub event_id: String,
+    /// The event's partition key.
+    pub key: String,
+    /// The payload as JSON text.
+    pub payload: String,
+    /// Failed attempts recorded so far.
+    pub attempts: u32,
+    /// How long until the row may be delivered again (a recorded backoff), if at all.
+    pub wait: Option<Duration>,
+    /// The error of the last failed attempt.
+    pub last_error: Option<String>,
+}
+
+/// A handle that opens sessions. Cheap to clone.
+pub trait Store: Clone + 'static {
+    /// The worker's membership session.
+    type Control: ControlSession;
+    /// A session holding one partition's lease.
+    type Lease: LeaseSession + 'static;
+
+    /// Opens the membership session of `worker`; the worker counts as live while it is open.
+    async fn connect(&self, worker: &str) -> Result<Self::Control, StoreError>;
+
+    /// Opens a dedicated session and tries to take `partition`'s lease on it: `None` when
+    /// another session holds it.
+    async fn acquire(&self, partition: PartitionId) -> Result<Option<Self::Lease>, StoreError>;
+}
+
+/// The worker's membership session.
+pub trait ControlSession {
+    /// Live workers (open membership sessions), the caller included.
+    async fn live_workers(&mut self) -> Result<usize, StoreError>;
+
+    /// The partition count in force.
+    async fn partition_count(&mut self) -> Result<PartitionCount, StoreError>;
+}
+
+/// One dedicated connection holding one partition's lease. Every method is fenced by it.
+pub trait LeaseSession {
+    /// The leased partition.
+    fn partition(&self) -> PartitionId;
+
+    /// The lease's epoch.
+    fn epoch(&self) -> Epoch;
+
+    /// The partition's head row, if any.
+    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError>;
+
+    /// Deletes the delivered row `seq`.
+    async fn ack(&mut self, seq: Seq) -> Result<(), StoreError>;
+
+    /// Records a failed attempt: the attempt count, the earliest retry, the error.
+    async fn schedule_retry(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        retry_in: Duration,
+        error: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Moves `seq` to the dead-letter table with `reason`, in one transaction.
+    async fn dead_letter(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        reason: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Gives the lease back and closes the session.
+    async fn release(self) -> Result<(), StoreError>;
+}

@@ -1,0 +1,234 @@
+//! The async worker loop, written once and generic over a [`Store`] and a [`Deliver`]:
+//! production runs it against PostgreSQL and HTTP, the simulation inside turmoil hosts.
+//!
+//! One membership session keeps the worker counted as live; every `rebalance_every` the worker
+//! reads the partition count and the live workers, gives back what exceeds its fair share
+//! ([`crate::lease::rebalance`]) and tries to lease more up to it. Each leased partition runs
+//! in its own task with its own session and drain machine, so partitions progress in parallel
+//! while each one delivers strictly one event at a time.
+//!
+//! Must run inside a tokio `LocalSet` (turmoil hosts do): partition tasks are `spawn_local`ed.
+//! Every `select!` is `biased`, so no unseeded tokio randomness decides anything.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use crate::clock::Clock;
+use crate::deliver::Deliver;
+use crate::drain::{DrainConfig, DEFAULT_IDLE_POLL};
+use crate::ids::PartitionId;
+use crate::lease::rebalance;
+use crate::retry::RetryPolicy;
+use crate::store::{ControlSession, LeaseSession, Store, StoreError};
+
+mod partition;
+
+pub use partition::PartitionExit;
+
+use partition::PartitionTask;
+
+/// A worker's configuration: everything a restarted worker starts from.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// The worker's name, as registered with the store.
+    pub name: String,
+    /// Attempts and backoff at a partition's head.
+    pub retry: RetryPolicy,
+    /// How long an empty partition waits before looking again.
+    pub idle_poll: Duration,
+    /// How often the worker re-reads membership and rebalances.
+    pub rebalance_every: Duration,
+    /// How long one delivery may take before it counts as failed. Must be shorter than the
+    /// store's detection of a dead session, or a partitioned worker's delivery could overlap
+    /// its successor's.
+    pub delivery_timeout: Duration,
+    /// The pause before reconnecting after the store failed.
+    pub reconnect_after: Duration,
+    /// Seed of every jitter draw this worker makes.
+    pub rng_seed: u64,
+    /// Where this worker starts looking for free partitions, to spread contention.
+    pub start_offset: u16,
+    /// How long a new lease waits before its first read; `None` means the delivery timeout,
+    /// the least that is safe (see [`DrainConfig::takeover_delay`]).
+    pub takeover_delay: Option<Duration>,
+}
+
+impl WorkerConfig {
+    /// Defaults for a worker called `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            retry: RetryPolicy::default(),
+            idle_poll: DEFAULT_IDLE_POLL,
+            rebalance_every: Duration::from_secs(1),
+            delivery_timeout: Duration::from_secs(10),
+            reconnect_after: Duration::from_millis(500),
+            rng_seed: 0,
+            start_offset: 0,
+            takeover_delay: None,
+        }
+    }
+}
+
+/// What a worker did, returned when it shuts down.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Leases taken.
+    pub acquired: u64,
+    /// Leases given back on request.
+    pub released: u64,
+    /// Leases lost to store errors.
+    pub lost: u64,
+}
+
+/// A partition task's handle: `Some` while it runs, `None` once a release was requested.
+type Owned = BTreeMap<PartitionId, Option<oneshot::Sender<()>>>;
+
+/// Runs a worker until `shutdown` completes, then gives every lease back after its in-flight
+/// delivery and returns what it did.
+pub async fn run<S, D, C>(
+    store: S,
+    deliver: D,
+    clock: C,
+    config: WorkerConfig,
+    shutdown: impl Future<Output = ()>,
+) -> WorkerReport
+where
+    S: Store,
+    D: Deliver,
+    C: Clock + Clone + 'static,
+{
+    let mut worker =
+        Worker { store, deliver, clock, config, tasks: JoinSet::new(), owned: Owned::new() };
+    let mut report = WorkerReport::default();
+    let mut control: Option<S::Control> = None;
+    tokio::pin!(shutdown);
+    loop {
+        let pause = match worker.turn(&mut control, &mut report).await {
+            Ok(()) => worker.config.rebalance_every,
+            Err(_) => {
+                control = None;
+                worker.config.reconnect_after
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            Some(exit) = worker.tasks.join_next(), if !worker.tasks.is_empty() => {
+                worker.reaped(exit, &mut report);
+            }
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    worker.shutdown(&mut report).await;
+    report
+}
+
+struct Worker<S, D, C> {
+    store: S,
+    deliver: D,
+    clock: C,
+    config: WorkerConfig,
+    tasks: JoinSet<PartitionExit>,
+    owned: Owned,
+}
+
+impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
+    /// One membership turn: connect if needed, then rebalance.
+    async fn turn(
+        &mut self,
+        control: &mut Option<S::Control>,
+        report: &mut WorkerReport,
+    ) -> Result<(), StoreError> {
+        while let Some(exit) = self.tasks.try_join_next() {
+            self.reaped(exit, report);
+        }
+        let session = match control {
+            Some(session) => session,
+            None => control.insert(self.store.connect(&self.config.name).await?),
+        };
+        let count = session.partition_count().await?;
+        let live = session.live_workers().await?;
+        let running: std::collections::BTreeSet<PartitionId> =
+            self.owned.iter().filter(|(_, h)| h.is_some()).map(|(p, _)| *p).collect();
+        let plan = rebalance(&running, count, live, self.config.start_offset);
+        for p in &plan.release {
+            if let Some(handle) = self.owned.get_mut(p).and_then(Option::take) {
+                // The task may have ended already; then there is nothing to release.
+                let _ = handle.send(());
+            }
+        }
+        let mut holding = running.len() - plan.release.len();
+        for p in plan.candidates {
+            if holding >= plan.want {
+                break;
+            }
+            if self.owned.contains_key(&p) {
+                continue;
+            }
+            if let Some(lease) = self.store.acquire(p).await? {
+                self.spawn(lease);
+                report.acquired += 1;
+                holding += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, lease: S::Lease) {
+        let partition = lease.partition();
+        let (tx, rx) = oneshot::channel();
+        let seed = self.config.rng_seed
+            ^ (u64::from(partition.0) << 32)
+            ^ lease.epoch().0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut drain = DrainConfig::new(partition, seed);
+        drain.retry = self.config.retry;
+        drain.idle_poll = self.config.idle_poll;
+        // A previous holder may not know it lost this lease (a store restart drops every lease
+        // at once) and may have one delivery out: wait until that delivery has timed out.
+        drain.takeover_delay = self.config.takeover_delay.unwrap_or(self.config.delivery_timeout);
+        let task = PartitionTask {
+            deliver: self.deliver.clone(),
+            clock: self.clock.clone(),
+            drain,
+            delivery_timeout: self.config.delivery_timeout,
+        };
+        self.owned.insert(partition, Some(tx));
+        self.tasks.spawn_local(task.run(lease, rx));
+    }
+
+    fn reaped(
+        &mut self,
+        exit: Result<PartitionExit, tokio::task::JoinError>,
+        report: &mut WorkerReport,
+    ) {
+        match exit {
+            Ok(PartitionExit::Released(p)) => {
+                report.released += 1;
+                self.owned.remove(&p);
+            }
+            Ok(PartitionExit::Lost(p, _)) => {
+                report.lost += 1;
+                self.owned.remove(&p);
+            }
+            // A partition task panicked: that is a bug; surface it rather than hide it.
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => {}
+        }
+    }
+
+    async fn shutdown(&mut self, report: &mut WorkerReport) {
+        for handle in self.owned.values_mut() {
+            if let Some(tx) = handle.take() {
+                let _ = tx.send(());
+            }
+        }
+        while let Some(exit) = self.tasks.join_next().await {
+            self.reaped(exit, report);
+        }
+    }
+}
