@@ -1,0 +1,219 @@
+//! Fault injection: the scenario's faults, expanded into driver actions that run between
+//! `sim.step()` calls, plus the drain-and-switch procedure for a modulus change.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use keyorder::PartitionCount;
+
+use crate::control::SharedControl;
+use crate::hosts::store::SharedStore;
+use crate::scenario::{Fault, FaultKind};
+use crate::trace::SharedRecorder;
+
+/// How long drain-and-switch waits for the queue to drain before it gives up and resumes on
+/// the old count (a refused switch is safe; a forced one is not).
+const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
+
+/// One thing the driver does to the simulation at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    Crash(String),
+    Bounce(String),
+    Cut(String),
+    Repair(String),
+    Repartition(u16),
+}
+
+/// What a drain-and-switch did, for reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SwitchReport {
+    /// The count before.
+    pub from: u16,
+    /// The count after (the same as `from` if the switch was refused).
+    pub to: u16,
+    /// How long producers were paused, in ms.
+    pub write_pause_ms: u64,
+    /// How long the queue took to drain after producers were quiet, in ms.
+    pub drain_ms: u64,
+    /// Whether the flip happened.
+    pub switched: bool,
+}
+
+#[derive(Debug)]
+struct Switch {
+    to: u16,
+    paused_at: Duration,
+    quiet_at: Option<Duration>,
+}
+
+/// The schedule and the procedure in progress.
+#[derive(Debug)]
+pub struct FaultRunner {
+    due: VecDeque<(Duration, Step)>,
+    switch: Option<Switch>,
+    /// Completed switches.
+    pub switches: Vec<SwitchReport>,
+}
+
+impl FaultRunner {
+    /// Expands `faults` into timed steps (a crash and its restart, a cut and its repair).
+    pub fn new(faults: &[Fault]) -> Self {
+        let mut due = Vec::new();
+        for f in faults {
+            let at = Duration::from_millis(f.at_ms);
+            match &f.kind {
+                FaultKind::CrashWorker { worker, down_ms } => {
+                    due.push((at, Step::Crash(worker_name(*worker))));
+                    due.push((
+                        at + Duration::from_millis(*down_ms),
+                        Step::Bounce(worker_name(*worker)),
+                    ));
+                }
+                FaultKind::LeaseLoss { worker, for_ms } => {
+                    due.push((at, Step::Cut(worker_name(*worker))));
+                    due.push((
+                        at + Duration::from_millis(*for_ms),
+                        Step::Repair(worker_name(*worker)),
+                    ));
+                }
+                FaultKind::StoreRestart { down_ms } => {
+                    due.push((at, Step::Crash("store".into())));
+                    due.push((at + Duration::from_millis(*down_ms), Step::Bounce("store".into())));
+                }
+                FaultKind::Repartition { to } => due.push((at, Step::Repartition(*to))),
+            }
+        }
+        // Stable: steps at the same time keep the scenario's order.
+        due.sort_by_key(|(at, _)| *at);
+        Self { due: due.into(), switch: None, switches: Vec::new() }
+    }
+
+    /// Whether every fault has run and been healed.
+    pub fn is_idle(&self) -> bool {
+        self.due.is_empty() && self.switch.is_none()
+    }
+
+    /// Applies everything due at `now`, and advances a switch in progress.
+    pub fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, world: &World) {
+        self.advance_switch(now, world);
+        while self.due.front().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, step)) = self.due.front().cloned() else { break };
+            if matches!(step, Step::Repartition(_)) && self.switch.is_some() {
+                break; // one procedure at a time
+            }
+            self.due.pop_front();
+            self.run(sim, now, step, world);
+        }
+    }
+
+    fn run(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, step: Step, world: &World) {
+        let t = keyorder::Time(now);
+        let mut rec = world.rec.borrow_mut();
+        match step {
+            Step::Crash(host) => {
+                rec.log(t, "driver", format_args!("crash {host}"));
+                rec.fault(if host == "store" { "store_restart" } else { "crash" });
+                drop(rec);
+                sim.crash(host.as_str());
+            }
+            Step::Bounce(host) => {
+                rec.log(t, "driver", format_args!("restart {host}"));
+                drop(rec);
+                sim.bounce(host.as_str());
+            }
+            Step::Cut(host) => {
+                rec.log(t, "driver", format_args!("partition {host} from store"));
+                rec.fault("lease_loss");
+                sim.partition(host.as_str(), "store");
+            }
+            Step::Repair(host) => {
+                rec.log(t, "driver", format_args!("repair {host} to store"));
+                sim.repair(host.as_str(), "store");
+            }
+            Step::Repartition(to) => {
+                let from = world.control.borrow().count.get();
+                rec.log(
+                    t,
+                    "driver",
+                    format_args!(
+                        "drain-and-switch {from} -> {to}: freeze mapping, pause producers"
+                    ),
+                );
+                rec.fault("repartition");
+                world.control.borrow_mut().paused = true;
+                self.switch = Some(Switch { to, paused_at: now, quiet_at: None });
+            }
+        }
+    }
+
+    fn advance_switch(&mut self, now: Duration, world: &World) {
+        let Some(switch) = &mut self.switch else { return };
+        let t = keyorder::Time(now);
+        let quiet = world.control.borrow().busy.is_empty();
+        if switch.quiet_at.is_none() && quiet {
+            switch.quiet_at = Some(now);
+            world.rec.borrow_mut().log(t, "driver", format_args!("producers quiet; draining"));
+        }
+        let Some(quiet_at) = switch.quiet_at else { return };
+        let store = world.store.borrow();
+        let drained = store.depth() == 0 && store.uncommitted() == 0;
+        let expired = now.saturating_sub(quiet_at) > DRAIN_DEADLINE;
+        if !drained && !expired {
+            return;
+        }
+        let from = world.control.borrow().count.get();
+        let mut report = SwitchReport {
+            from,
+            to: from,
+            write_pause_ms: now.saturating_sub(switch.paused_at).as_millis() as u64,
+            drain_ms: now.saturating_sub(quiet_at).as_millis() as u64,
+            switched: false,
+        };
+        let mut rec = world.rec.borrow_mut();
+        let split = store.split_keys();
+        if drained && split.is_empty() {
+            // Valid by the scenario's validation; a bad target keeps the old count.
+            if let Ok(count) = PartitionCount::new(i64::from(switch.to)) {
+                world.control.borrow_mut().count = count;
+                report.to = switch.to;
+                report.switched = true;
+            }
+            rec.log(
+                t,
+                "driver",
+                format_args!(
+                    "drained; flip {from} -> {}; no split keys; resume producers",
+                    report.to
+                ),
+            );
+        } else {
+            rec.log(
+                t,
+                "driver",
+                format_args!(
+                    "not drained after {DRAIN_DEADLINE:?} (depth {}); switch refused, resume",
+                    store.depth()
+                ),
+            );
+        }
+        world.control.borrow_mut().paused = false;
+        self.switches.push(report);
+        self.switch = None;
+    }
+}
+
+/// The shared planes the driver reads and writes.
+pub struct World {
+    /// The configuration plane.
+    pub control: SharedControl,
+    /// The store's state.
+    pub store: SharedStore,
+    /// The recorder.
+    pub rec: SharedRecorder,
+}
+
+/// A worker host's name.
+pub fn worker_name(i: usize) -> String {
+    format!("worker-{i}")
+}

@@ -1,0 +1,7 @@
+//! The simulated hosts. Each is a factory (`Fn() -> Future`), so turmoil can restart it; state
+//! that must survive a restart is passed in from outside the factory.
+
+pub mod endpoint;
+pub mod producer;
+pub mod store;
+pub mod worker;

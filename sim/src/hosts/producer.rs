@@ -1,0 +1,149 @@
+//! The producer host: enqueues its keys' events at their planned times, routing each with its
+//! own routing configuration, in one transaction per event (insert, commit latency, commit).
+//! One producer owns each key and enqueues its events one after another, so a key's seq order
+//! is its commit order. A producer honours the pause switch between events.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use keyorder::{partition_for, PartitionCount, PartitionId};
+
+use crate::control::SharedControl;
+use crate::protocol::{Conn, StoreRequest, StoreResponse, STORE_PORT};
+use crate::trace::{now, SharedRecorder};
+
+/// Pause between reconnection attempts after a store error.
+const RECONNECT_AFTER: Duration = Duration::from_millis(50);
+/// Poll interval while paused.
+const PAUSE_POLL: Duration = Duration::from_millis(5);
+
+/// One planned event.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// When to enqueue it.
+    pub at: Duration,
+    /// Its key.
+    pub key: String,
+    /// Its id, `key#n`.
+    pub event_id: String,
+}
+
+/// How a producer maps keys to partitions.
+#[derive(Clone, Copy, Debug)]
+pub enum Routing {
+    /// The contract: BLAKE2b-8, big-endian, modulo the count in force.
+    Blake2b,
+}
+
+impl Routing {
+    fn route(self, key: &str, count: PartitionCount) -> PartitionId {
+        match self {
+            Routing::Blake2b => partition_for(key, count),
+        }
+    }
+}
+
+/// Everything a producer host is built from.
+#[derive(Clone)]
+pub struct ProducerHost {
+    /// Producer index.
+    pub index: usize,
+    /// Its events, sorted by time.
+    pub plan: Rc<[Planned]>,
+    /// Its routing.
+    pub routing: Routing,
+    /// How long a transaction stays open.
+    pub commit_latency: Duration,
+    /// Store request timeout.
+    pub request_timeout: Duration,
+    /// The configuration plane.
+    pub control: SharedControl,
+    /// The run's recorder.
+    pub rec: SharedRecorder,
+}
+
+enum Enqueued {
+    Done,
+    Retry,
+}
+
+impl ProducerHost {
+    /// The host factory.
+    pub fn factory(
+        self,
+    ) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = turmoil::Result>>> {
+        move || {
+            let this = self.clone();
+            Box::pin(async move {
+                this.run().await;
+                Ok(())
+            })
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("producer-{}", self.index)
+    }
+
+    async fn run(&self) {
+        let mut conn: Option<Conn> = None;
+        for event in self.plan.iter() {
+            let wait = event.at.saturating_sub(now().0);
+            tokio::time::sleep(wait).await;
+            loop {
+                self.wait_while_paused().await;
+                let outcome = self.enqueue(&mut conn, event).await;
+                self.control.borrow_mut().busy.remove(&self.index);
+                match outcome {
+                    Enqueued::Done => break,
+                    Enqueued::Retry => {
+                        conn = None;
+                        tokio::time::sleep(RECONNECT_AFTER).await;
+                    }
+                }
+            }
+        }
+        self.control.borrow_mut().finished.insert(self.index);
+        self.rec.borrow_mut().log(
+            now(),
+            &self.name(),
+            format_args!("finished {} events", self.plan.len()),
+        );
+    }
+
+    /// Returns once producers may enqueue, marked busy in the same instant (no await between
+    /// the check and the mark), so the driver never sees an unpaused producer as idle.
+    async fn wait_while_paused(&self) {
+        while self.control.borrow().paused {
+            tokio::time::sleep(PAUSE_POLL).await;
+        }
+        self.control.borrow_mut().busy.insert(self.index);
+    }
+
+    async fn enqueue(&self, conn: &mut Option<Conn>, event: &Planned) -> Enqueued {
+        let conn = match conn {
+            Some(c) => c,
+            None => match Conn::connect(("store", STORE_PORT), self.request_timeout).await {
+                Ok(c) => conn.insert(c),
+                Err(_) => return Enqueued::Retry,
+            },
+        };
+        let partition = self.routing.route(&event.key, self.control.borrow().count);
+        let insert = StoreRequest::Insert {
+            event_id: event.event_id.clone(),
+            key: event.key.clone(),
+            partition,
+        };
+        match conn.call(&insert, "insert", self.request_timeout).await {
+            Ok(StoreResponse::Inserted(_)) => {}
+            Ok(StoreResponse::Duplicate) => return Enqueued::Done,
+            _ => return Enqueued::Retry,
+        }
+        tokio::time::sleep(self.commit_latency).await;
+        match conn.call(&StoreRequest::Commit, "commit", self.request_timeout).await {
+            // A duplicate means an earlier, ambiguous commit of this event did land.
+            Ok(StoreResponse::Ok | StoreResponse::Duplicate) => Enqueued::Done,
+            _ => Enqueued::Retry,
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! The store host: the queue, the dead-letter table and the leases, in memory, with the
+//! PostgreSQL semantics that matter here:
+//!
+//! * a lease is a lock held by a session (connection) and is released only when the server
+//!   notices the session is gone: at its end of stream, or after `detection` of silence (the
+//!   keepalive timeout), never earlier;
+//! * an insert is invisible until its transaction commits;
+//! * a restart drops every session, lock and uncommitted insert, and keeps committed rows
+//!   (they live in [`Durable`], outside the host factory).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use keyorder::check::{Acked, DeadLettered, Enqueued, LeaseChange, LeaseEvent};
+use keyorder::{Epoch, PartitionId, Seq, Time};
+use turmoil::net::TcpListener;
+
+use crate::protocol::{Conn, StoreRequest, StoreResponse, WireHead, STORE_PORT};
+use crate::trace::{now, SharedRecorder};
+
+/// A queued row.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The event's id.
+    pub event_id: String,
+    /// Its key.
+    pub key: String,
+    /// Failed attempts recorded.
+    pub attempts: u32,
+    /// Earliest next delivery.
+    pub not_before: Option<Time>,
+    /// The last error.
+    pub last_error: Option<String>,
+}
+
+/// What survives a restart: committed rows, the dead-letter table, sequences.
+#[derive(Debug, Default)]
+pub struct Durable {
+    /// The queue, ordered by partition then seq (the drain index).
+    pub rows: BTreeMap<(PartitionId, Seq), Row>,
+    /// Dead-lettered rows.
+    pub dead: Vec<(Seq, Row, String)>,
+    /// The last sequence number handed out.
+    pub next_seq: i64,
+    /// The last lease epoch per partition.
+    pub epochs: BTreeMap<PartitionId, u64>,
+    /// Every committed event id (the unique constraint, and the producers' idempotency).
+    pub committed_ids: BTreeSet<String>,
+    /// How many times the store has started.
+    pub boots: u64,
+}
+
+#[derive(Debug, Default)]
+struct Session {
+    worker: Option<String>,
+    holder: Option<String>,
+}
+
+/// What a restart forgets: sessions, locks, open transactions.
+#[derive(Debug, Default)]
+pub struct Volatile {
+    next_session: u64,
+    sessions: BTreeMap<u64, Session>,
+    locks: BTreeMap<PartitionId, (u64, Epoch)>,
+    uncommitted: BTreeMap<u64, (Seq, PartitionId, Row)>,
+}
+
+/// The whole store.
+#[derive(Debug, Default)]
+pub struct StoreState {
+    /// Survives restarts.
+    pub durable: Durable,
+    /// Lost on restart.
+    pub volatile: Volatile,
+}
+
+/// The store shared by the store host and the driver.
+pub type SharedStore = Rc<RefCell<StoreState>>;
+
+impl StoreState {
+    /// Rows committed and not yet acknowledged or dead-lettered.
+    pub fn depth(&self) -> usize {
+        self.durable.rows.len()
+    }
+
+    /// Inserts not yet committed.
+    pub fn uncommitted(&self) -> usize {
+        self.volatile.uncommitted.len()
+    }
+
+    /// Keys with queued rows on more than one partition.
+    pub fn split_keys(&self) -> Vec<String> {
+        let mut seen: BTreeMap<&str, BTreeSet<PartitionId>> = BTreeMap::new();
+        for ((p, _), row) in &self.durable.rows {
+            seen.entry(&row.key).or_default().insert(*p);
+        }
+        seen.into_iter().filter(|(_, ps)| ps.len() > 1).map(|(k, _)| k.to_owned()).collect()
+    }
+
+    /// A restart: every lock is lost, every session and open insert forgotten.
+    fn restart(&mut self, rec: &SharedRecorder) {
+        let old = std::mem::take(&mut self.volatile);
+        // Session ids stay unique across restarts, so traces never reuse one.
+        self.volatile.next_session = old.next_session;
+        let mut rec = rec.borrow_mut();
+        for (partition, (session, epoch)) in old.locks {
+            let worker =
+                old.sessions.get(&session).and_then(|s| s.holder.clone()).unwrap_or_default();
+            lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Lost);
+        }
+        rec.log(
+            now(),
+            "store",
+            format_args!("restarted: sessions, locks and open inserts dropped"),
+        );
+    }
+
+    fn open_session(&mut self) -> u64 {
+        self.volatile.next_session += 1;
+        let id = self.volatile.next_session;
+        self.volatile.sessions.insert(id, Session::default());
+        id
+    }
+
+    fn close_session(&mut self, id: u64, why: &str, rec: &SharedRecorder) {
+        let Some(session) = self.volatile.sessions.remove(&id) else { return };
+        let held: Vec<_> = self
+            .volatile
+            .locks
+            .iter()
+            .filter(|(_, (s, _))| *s == id)
+            .map(|(p, (_, e))| (*p, *e))
+            .collect();
+        let mut rec = rec.borrow_mut();
+        for (partition, epoch) in held {
+            self.volatile.locks.remove(&partition);
+            let worker = session.holder.clone().unwrap_or_default();
+            rec.log(now(), "store", format_args!("session {id} ended ({why}): lease p{partition} epoch {epoch} of {worker} released"));
+            lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Lost);
+        }
+        if let Some(w) = session.worker {
+            rec.log(now(), "store", format_args!("session {id} of {w} ended ({why})"));
+        }
+        self.volatile.uncommitted.remove(&id);
+    }
+
+    fn fenced(&self, session: u64, partition: PartitionId, epoch: Epoch) -> bool {
+        self.volatile.locks.get(&partition) == Some(&(session, epoch))
+    }
+
+    /// Answers one request of `session` at time `now`.
+    fn handle(
+        &mut self,
+        session: u64,
+        req: StoreRequest,
+        at: Time,
+        rec: &SharedRecorder,
+    ) -> StoreResponse {
+        use StoreRequest as R;
+        match req {
+            R::Register { worker } => {
+                rec.borrow_mut().log(
+                    at,
+                    "store",
+                    format_args!("session {session} registers {worker}"),
+                );
+                self.session(session).worker = Some(worker);
+                StoreResponse::Ok
+            }
+            R::LiveWorkers => {
+                let n = self.volatile.sessions.values().filter(|s| s.worker.is_some()).count();
+                StoreResponse::Count(n as u64)
+            }
+            R::TryLock { partition, worker } => self.try_lock(session, partition, worker, rec),
+            R::Unlock { partition, epoch } => {
+                if !self.fenced(session, partition, epoch) {
+                    return StoreResponse::NotHeld;
+                }
+                self.volatile.locks.remove(&partition);
+                let worker = self.session(session).holder.clone().unwrap_or_default();
+                lease_change(&mut rec.borrow_mut(), partition, worker, epoch, LeaseEvent::Released);
+                StoreResponse::Ok
+            }
+            R::FetchHead { partition, epoch } => {
+                if !self.fenced(session, partition, epoch) {
+                    return StoreResponse::NotHeld;
+                }
+                StoreResponse::Head(self.head(partition, at))
+            }
+            R::Ack { partition, epoch, seq } => {
+                if !self.fenced(session, partition, epoch) {
+                    return StoreResponse::NotHeld;
+                }
+                if self.durable.rows.remove(&(partition, seq)).is_some() {
+                    let mut rec = rec.borrow_mut();
+                    rec.history.acks.push(Acked { seq, at });
+                    rec.log(at, "store", format_args!("ack p{partition} seq={seq}"));
+                }
+                StoreResponse::Ok
+            }
+            R::Retry { partition, epoch, seq, attempts, retry_in_us, error } => {
+                if !self.fenced(session, partition, epoch) {
+                    return StoreResponse::NotHeld;
+                }
+                if let Some(row) = self.durable.rows.get_mut(&(partition, seq)) {
+                    row.attempts = attempts;
+                    row.not_before = Some(at.saturating_add(Duration::from_micros(retry_in_us)));
+                    row.last_error = Some(error);
+                }
+                StoreResponse::Ok
+            }
+            R::DeadLetter { partition, epoch, seq, reason, .. } => {
+                if !self.fenced(session, partition, epoch) {
+                    return StoreResponse::NotHeld;
+                }
+                if let Some(row) = self.durable.rows.remove(&(partition, seq)) {
+                    let mut rec = rec.borrow_mut();
+                    rec.log(
+                        at,
+                        "store",
+                        format_args!(
+                            "dead-letter p{partition} seq={seq} {}: {reason}",
+                            row.event_id
+                        ),
+                    );
+                    rec.history.dead_letters.push(DeadLettered { seq, reason: reason.clone(), at });
+                    self.durable.dead.push((seq, row, reason));
+                }
+                StoreResponse::Ok
+            }
+            R::Insert { event_id, key, partition } => {
+                self.insert(session, event_id, key, partition)
+            }
+            R::Commit => self.commit(session, at, rec),
+        }
+    }
+
+    fn session(&mut self, id: u64) -> &mut Session {
+        self.volatile.sessions.entry(id).or_default()
+    }
+
+    fn try_lock(
+        &mut self,
+        session: u64,
+        partition: PartitionId,
+        worker: String,
+        rec: &SharedRecorder,
+    ) -> StoreResponse {
+        if self.volatile.locks.contains_key(&partition) {
+            return StoreResponse::Lock(None);
+        }
+        let epoch = self.durable.epochs.entry(partition).or_default();
+        *epoch += 1;
+        let epoch = Epoch(*epoch);
+        self.volatile.locks.insert(partition, (session, epoch));
+        self.session(session).holder = Some(worker.clone());
+        lease_change(&mut rec.borrow_mut(), partition, worker, epoch, LeaseEvent::Acquired);
+        StoreResponse::Lock(Some(epoch))
+    }
+
+    fn head(&self, partition: PartitionId, at: Time) -> Option<WireHead> {
+        let range = (partition, Seq(i64::MIN))..=(partition, Seq(i64::MAX));
+        let ((_, seq), row) = self.durable.rows.range(range).next()?;
+        Some(WireHead {
+            seq: *seq,
+            event_id: row.event_id.clone(),
+            key: row.key.clone(),
+            attempts: row.attempts,
+            wait_us: row
+                .not_before
+                .filter(|t| *t > at)
+                .map(|t| t.saturating_since(at).as_micros() as u64),
+            last_error: row.last_error.clone(),
+        })
+    }
+
+    fn insert(
+        &mut self,
+        session: u64,
+        event_id: String,
+        key: String,
+        partition: PartitionId,
+    ) -> StoreResponse {
+        if self.durable.committed_ids.contains(&event_id) {
+            return StoreResponse::Duplicate;
+        }
+        if self.volatile.uncommitted.contains_key(&session) {
+            return StoreResponse::Refused("one open insert per session".into());
+        }
+        self.durable.next_seq += 1;
+        let seq = Seq(self.durable.next_seq);
+        let row = Row { event_id, key, attempts: 0, not_before: None, last_error: None };
+        self.volatile.uncommitted.insert(session, (seq, partition, row));
+        StoreResponse::Inserted(seq)
+    }
+
+    fn commit(&mut self, session: u64, at: Time, rec: &SharedRecorder) -> StoreResponse {
+        let Some((seq, partition, row)) = self.volatile.uncommitted.remove(&session) else {
+            return StoreResponse::Refused("no open insert to commit".into());
+        };
+        if !self.durable.committed_ids.insert(row.event_id.clone()) {
+            return StoreResponse::Duplicate;
+        }
+        let mut rec = rec.borrow_mut();
+        rec.log(
+            at,
+            "store",
+            format_args!("commit p{partition} seq={seq} {} key={}", row.event_id, row.key),
+        );
+        rec.history.enqueued.push(Enqueued {
+            event_id: row.event_id.clone(),
+            key: row.key.clone(),
+            seq,
+            partition,
+            at,
+        });
+        self.durable.rows.insert((partition, seq), row);
+        StoreResponse::Ok
+    }
+}
+
+fn lease_change(
+    rec: &mut crate::trace::Recorder,
+    partition: PartitionId,
+    worker: String,
+    epoch: Epoch,
+    change: LeaseEvent,
+) {
+    let at = now();
+    rec.log(at, "store", format_args!("lease p{partition} epoch {epoch} {change:?} by {worker}"));
+    rec.history.leases.push(LeaseChange { partition, worker, epoch, change, at });
+}
+
+/// The store host's factory. Each start (first boot or restart) forgets volatile state.
+pub fn host(
+    state: SharedStore,
+    rec: SharedRecorder,
+    detection: Duration,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = turmoil::Result>>> {
+    move || {
+        let (state, rec) = (state.clone(), rec.clone());
+        Box::pin(async move {
+            {
+                let mut s = state.borrow_mut();
+                if s.durable.boots > 0 {
+                    s.restart(&rec);
+                }
+                s.durable.boots += 1;
+            }
+            let listener = TcpListener::bind(("0.0.0.0", STORE_PORT)).await?;
+            loop {
+                let (stream, _) = listener.accept().await?;
+                let (state, rec) = (state.clone(), rec.clone());
+                tokio::task::spawn_local(serve(Conn::new(stream), state, rec, detection));
+            }
+        })
+    }
+}
+
+/// Serves one session until its end of stream, an error, or `detection` of silence.
+async fn serve(mut conn: Conn, state: SharedStore, rec: SharedRecorder, detection: Duration) {
+    let id = state.borrow_mut().open_session();
+    let why = loop {
+        let req = match tokio::time::timeout(detection, conn.recv::<StoreRequest>()).await {
+            Ok(Ok(Some(req))) => req,
+            Ok(Ok(None)) => break "end of stream",
+            Ok(Err(_)) => break "connection error",
+            Err(_) => break "keepalive timeout",
+        };
+        let resp = state.borrow_mut().handle(id, req, now(), &rec);
+        if conn.send(&resp).await.is_err() {
+            break "connection error";
+        }
+    };
+    state.borrow_mut().close_session(id, why, &rec);
+}

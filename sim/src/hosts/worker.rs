@@ -1,0 +1,330 @@
+//! The worker host: the production worker loop ([`keyorder::worker::run`]) with a store client
+//! and a deliverer that speak over turmoil TCP, and a clock that reads simulated time.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use keyorder::clock::Clock;
+use keyorder::deliver::{Deliver, DeliverError};
+use keyorder::drain::Head;
+use keyorder::store::{ControlSession, LeaseSession, Store, StoreError, StoredHead};
+use keyorder::worker::{self, WorkerConfig};
+use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
+
+use crate::control::SharedControl;
+use crate::protocol::{
+    Conn, DeliveryRequest, DeliveryResponse, StoreRequest, StoreResponse, ENDPOINT_PORT, STORE_PORT,
+};
+use crate::trace::{now, SharedRecorder};
+
+/// Simulated time, as every host sees it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimClock;
+
+impl Clock for SimClock {
+    fn now(&self) -> Time {
+        now()
+    }
+}
+
+/// The store client: opens sessions to the store host.
+#[derive(Clone)]
+pub struct SimStore {
+    worker: Rc<str>,
+    control: SharedControl,
+    request_timeout: Duration,
+}
+
+/// The worker's membership session.
+pub struct SimControl {
+    conn: Conn,
+    control: SharedControl,
+    request_timeout: Duration,
+}
+
+/// A session holding one partition's lease.
+pub struct SimLease {
+    conn: Conn,
+    partition: PartitionId,
+    epoch: Epoch,
+    request_timeout: Duration,
+}
+
+fn unexpected(operation: &'static str, resp: StoreResponse) -> StoreError {
+    StoreError::Refused { operation, reason: format!("unexpected answer {resp:?}") }
+}
+
+impl Store for SimStore {
+    type Control = SimControl;
+    type Lease = SimLease;
+
+    async fn connect(&self, worker: &str) -> Result<SimControl, StoreError> {
+        let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
+        let req = StoreRequest::Register { worker: worker.to_owned() };
+        match conn.call(&req, "register", self.request_timeout).await? {
+            StoreResponse::Ok => Ok(SimControl {
+                conn,
+                control: self.control.clone(),
+                request_timeout: self.request_timeout,
+            }),
+            other => Err(unexpected("register", other)),
+        }
+    }
+
+    async fn acquire(&self, partition: PartitionId) -> Result<Option<SimLease>, StoreError> {
+        let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
+        let req = StoreRequest::TryLock { partition, worker: self.worker.to_string() };
+        match conn.call(&req, "try_lock", self.request_timeout).await? {
+            StoreResponse::Lock(Some(epoch)) => {
+                Ok(Some(SimLease { conn, partition, epoch, request_timeout: self.request_timeout }))
+            }
+            StoreResponse::Lock(None) => Ok(None),
+            other => Err(unexpected("try_lock", other)),
+        }
+    }
+}
+
+impl ControlSession for SimControl {
+    async fn live_workers(&mut self) -> Result<usize, StoreError> {
+        match self
+            .conn
+            .call(&StoreRequest::LiveWorkers, "live_workers", self.request_timeout)
+            .await?
+        {
+            StoreResponse::Count(n) => Ok(n as usize),
+            other => Err(unexpected("live_workers", other)),
+        }
+    }
+
+    async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
+        Ok(self.control.borrow().count)
+    }
+}
+
+impl SimLease {
+    async fn fenced(
+        &mut self,
+        req: StoreRequest,
+        operation: &'static str,
+    ) -> Result<StoreResponse, StoreError> {
+        match self.conn.call(&req, operation, self.request_timeout).await? {
+            StoreResponse::NotHeld => {
+                Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
+            }
+            other => Ok(other),
+        }
+    }
+
+    async fn expect_ok(
+        &mut self,
+        req: StoreRequest,
+        operation: &'static str,
+    ) -> Result<(), StoreError> {
+        match self.fenced(req, operation).await? {
+            StoreResponse::Ok => Ok(()),
+            other => Err(unexpected(operation, other)),
+        }
+    }
+}
+
+impl LeaseSession for SimLease {
+    fn partition(&self) -> PartitionId {
+        self.partition
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+        let req = StoreRequest::FetchHead { partition: self.partition, epoch: self.epoch };
+        match self.fenced(req, "fetch_head").await? {
+            StoreResponse::Head(head) => Ok(head.map(|h| StoredHead {
+                seq: h.seq,
+                event_id: h.event_id,
+                key: h.key,
+                payload: String::new(),
+                attempts: h.attempts,
+                wait: h.wait_us.map(Duration::from_micros),
+                last_error: h.last_error,
+            })),
+            other => Err(unexpected("fetch_head", other)),
+        }
+    }
+
+    async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
+        self.expect_ok(
+            StoreRequest::Ack { partition: self.partition, epoch: self.epoch, seq },
+            "ack",
+        )
+        .await
+    }
+
+    async fn schedule_retry(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        retry_in: Duration,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        let req = StoreRequest::Retry {
+            partition: self.partition,
+            epoch: self.epoch,
+            seq,
+            attempts,
+            retry_in_us: retry_in.as_micros() as u64,
+            error: error.to_owned(),
+        };
+        self.expect_ok(req, "schedule_retry").await
+    }
+
+    async fn dead_letter(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let req = StoreRequest::DeadLetter {
+            partition: self.partition,
+            epoch: self.epoch,
+            seq,
+            attempts,
+            reason: reason.to_owned(),
+        };
+        self.expect_ok(req, "dead_letter").await
+    }
+
+    async fn release(mut self) -> Result<(), StoreError> {
+        let req = StoreRequest::Unlock { partition: self.partition, epoch: self.epoch };
+        self.expect_ok(req, "unlock").await
+    }
+}
+
+/// Delivers over one persistent connection per partition task; a connection whose request
+/// was abandoned (timeout) is replaced, so a late answer is never taken for the next one.
+pub struct SimDeliver {
+    worker: Rc<str>,
+    rec: SharedRecorder,
+    conn: Option<Conn>,
+    busy: bool,
+    connect_timeout: Duration,
+}
+
+impl Clone for SimDeliver {
+    /// A clone starts without a connection: each partition task opens its own.
+    fn clone(&self) -> Self {
+        Self {
+            worker: self.worker.clone(),
+            rec: self.rec.clone(),
+            conn: None,
+            busy: false,
+            connect_timeout: self.connect_timeout,
+        }
+    }
+}
+
+/// Records the end of a delivery when dropped: on an answer, a timeout or a crash alike.
+struct Finish {
+    id: u64,
+    rec: SharedRecorder,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.rec.borrow_mut().finish_delivery(self.id);
+    }
+}
+
+impl Deliver for SimDeliver {
+    async fn deliver(
+        &mut self,
+        partition: PartitionId,
+        head: &Head,
+        attempt: u32,
+    ) -> Result<(), DeliverError> {
+        if std::mem::replace(&mut self.busy, true) {
+            self.conn = None;
+        }
+        let id = self.rec.borrow_mut().start_delivery(&self.worker);
+        let _finish = Finish { id, rec: self.rec.clone() };
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => self
+                .conn
+                .insert(Conn::connect(("endpoint", ENDPOINT_PORT), self.connect_timeout).await?),
+        };
+        let req = DeliveryRequest {
+            delivery: id,
+            partition,
+            seq: head.seq,
+            event_id: head.event_id.clone(),
+            key: head.key.clone(),
+            attempt,
+        };
+        let answer = async {
+            conn.send(&req).await?;
+            conn.recv::<DeliveryResponse>().await?.ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "endpoint closed the connection",
+                )
+            })
+        }
+        .await;
+        self.busy = false;
+        match answer {
+            Ok(resp) if (200..300).contains(&resp.status) => Ok(()),
+            Ok(resp) => Err(DeliverError::Status {
+                status: resp.status,
+                retry_after: resp.retry_after_ms.map(Duration::from_millis),
+            }),
+            Err(err) => {
+                self.conn = None;
+                Err(DeliverError::Io(err))
+            }
+        }
+    }
+}
+
+/// Everything a worker host is built from: its configuration and the run's shared planes.
+#[derive(Clone)]
+pub struct WorkerHost {
+    /// The production worker's configuration.
+    pub config: WorkerConfig,
+    /// The configuration plane.
+    pub control: SharedControl,
+    /// The run's recorder.
+    pub rec: SharedRecorder,
+    /// Store request timeout.
+    pub request_timeout: Duration,
+}
+
+impl WorkerHost {
+    /// The host factory: a restart builds everything anew from the configuration.
+    pub fn factory(
+        self,
+    ) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = turmoil::Result>>> {
+        move || {
+            let this = self.clone();
+            Box::pin(async move {
+                let name: Rc<str> = this.config.name.as_str().into();
+                this.rec.borrow_mut().log(now(), &name, format_args!("starts"));
+                let store = SimStore {
+                    worker: name.clone(),
+                    control: this.control.clone(),
+                    request_timeout: this.request_timeout,
+                };
+                let deliver = SimDeliver {
+                    worker: name,
+                    rec: this.rec.clone(),
+                    conn: None,
+                    busy: false,
+                    connect_timeout: this.request_timeout,
+                };
+                worker::run(store, deliver, SimClock, this.config.clone(), std::future::pending())
+                    .await;
+                Ok(())
+            })
+        }
+    }
+}

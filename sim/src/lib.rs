@@ -1,0 +1,19 @@
+//! keyorder-sim: deterministic simulation of keyorder's delivery design.
+//!
+//! A run is a pure function of (scenario, seed): turmoil hosts (a store with PostgreSQL's
+//! lease and visibility semantics, the production worker loop, endpoints, producers), faults
+//! applied between `sim.step()` calls, and the checker's verdict on the recorded history. No
+//! wall clock, thread or hash-map order reaches the run; the trace hash proves it.
+
+pub mod control;
+pub mod faults;
+pub mod hosts;
+pub(crate) mod protocol;
+pub mod regression;
+pub mod run;
+pub mod scenario;
+pub mod sweep;
+pub mod trace;
+
+pub use run::{run, RunError, RunOutcome};
+pub use scenario::{Scenario, Size};

@@ -1,0 +1,18 @@
+//! `keyorder-sim`: sweep seeds, replay one, and judge every run with the checker.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("keyorder-sim: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The wire protocol between simulated hosts: one JSON object per line over turmoil TCP.
+
+use std::time::Duration;
+
+use keyorder::store::StoreError;
+use keyorder::{Epoch, PartitionId, Seq};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use turmoil::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use turmoil::net::TcpStream;
+
+/// The store host's port.
+pub const STORE_PORT: u16 = 5432;
+/// The endpoint host's port.
+pub const ENDPOINT_PORT: u16 = 80;
+/// Longest line accepted: a bound on what one peer can make another buffer.
+const MAX_LINE: usize = 64 * 1024;
+
+/// A request to the store.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum StoreRequest {
+    /// Membership: this session is the worker's control session.
+    Register { worker: String },
+    /// Live workers (open control sessions).
+    LiveWorkers,
+    /// `pg_try_advisory_lock(namespace, partition)` on this session.
+    TryLock { partition: PartitionId, worker: String },
+    /// `pg_advisory_unlock(namespace, partition)`.
+    Unlock { partition: PartitionId, epoch: Epoch },
+    /// The partition's head, fenced by the lease.
+    FetchHead { partition: PartitionId, epoch: Epoch },
+    /// Delete a delivered row, fenced.
+    Ack { partition: PartitionId, epoch: Epoch, seq: Seq },
+    /// Record a failed attempt, fenced.
+    Retry {
+        partition: PartitionId,
+        epoch: Epoch,
+        seq: Seq,
+        attempts: u32,
+        retry_in_us: u64,
+        error: String,
+    },
+    /// Move a row to the dead-letter table, fenced.
+    DeadLetter { partition: PartitionId, epoch: Epoch, seq: Seq, attempts: u32, reason: String },
+    /// A producer's insert, uncommitted until `Commit`.
+    Insert { event_id: String, key: String, partition: PartitionId },
+    /// Commit the producer's open insert.
+    Commit,
+}
+
+/// The store's answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum StoreResponse {
+    /// Done.
+    Ok,
+    /// A count.
+    Count(u64),
+    /// The lease's epoch, or `None` when another session holds it.
+    Lock(Option<Epoch>),
+    /// The head row, if any.
+    Head(Option<WireHead>),
+    /// The sequence number given to an insert.
+    Inserted(Seq),
+    /// The event id was committed before (the unique constraint).
+    Duplicate,
+    /// A fenced statement from a session that does not hold the lease.
+    NotHeld,
+    /// Refused, with the reason.
+    Refused(String),
+}
+
+/// A head row on the wire.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WireHead {
+    pub seq: Seq,
+    pub event_id: String,
+    pub key: String,
+    pub attempts: u32,
+    pub wait_us: Option<u64>,
+    pub last_error: Option<String>,
+}
+
+/// A delivery request to an endpoint.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeliveryRequest {
+    pub delivery: u64,
+    pub partition: PartitionId,
+    pub seq: Seq,
+    pub event_id: String,
+    pub key: String,
+    pub attempt: u32,
+}
+
+/// An endpoint's answer: an HTTP-like status.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeliveryResponse {
+    pub status: u16,
+    pub retry_after_ms: Option<u64>,
+}
+
+/// One line-framed JSON connection.
+pub struct Conn {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    line: String,
+}
+
+impl Conn {
+    /// Wraps a connected stream.
+    pub fn new(stream: TcpStream) -> Self {
+        let (r, w) = stream.into_split();
+        Self { reader: BufReader::new(r), writer: w, line: String::new() }
+    }
+
+    /// Connects to `addr` within `timeout`.
+    pub async fn connect(addr: (&str, u16), timeout: Duration) -> std::io::Result<Self> {
+        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(stream) => Ok(Self::new(stream?)),
+            Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
+        }
+    }
+
+    /// Sends one message.
+    pub async fn send<T: Serialize>(&mut self, msg: &T) -> std::io::Result<()> {
+        let mut bytes = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        self.writer.write_all(&bytes).await
+    }
+
+    /// Receives one message; `None` at a clean end of stream.
+    pub async fn recv<T: DeserializeOwned>(&mut self) -> std::io::Result<Option<T>> {
+        self.line.clear();
+        let n = (&mut self.reader).take(MAX_LINE as u64).read_line(&mut self.line).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        serde_json::from_str(&self.line).map(Some).map_err(std::io::Error::other)
+    }
+
+    /// Sends `req` and waits up to `timeout` for the answer. A timeout or a closed stream is an
+    /// error: the connection is presumed dead and must be dropped.
+    pub async fn call(
+        &mut self,
+        req: &StoreRequest,
+        operation: &'static str,
+        timeout: Duration,
+    ) -> Result<StoreResponse, StoreError> {
+        let exchange = async {
+            self.send(req).await?;
+            self.recv::<StoreResponse>().await?.ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "store closed the session")
+            })
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(StoreError::Timeout { operation, after: timeout }),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! One simulation run: a pure function of (scenario, seed). Builds the turmoil world, steps it
+//! while applying faults, waits for a quiescent tail, then judges the history.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use keyorder::check::{check, Verdict};
+use keyorder::worker::WorkerConfig;
+use keyorder::{PartitionCount, Time};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::control::Control;
+use crate::faults::{worker_name, FaultRunner, SwitchReport, World};
+use crate::hosts::endpoint::{self, Endpoints};
+use crate::hosts::producer::{Planned, ProducerHost, Routing};
+use crate::hosts::store::{self, StoreState};
+use crate::hosts::worker::WorkerHost;
+use crate::scenario::{Scenario, ScenarioError};
+use crate::trace::Recorder;
+
+/// Simulated time per `sim.step()`.
+const TICK: Duration = Duration::from_millis(1);
+/// Turmoil's own limit sits past the scenario's, so the driver always stops first.
+const TURMOIL_MARGIN: Duration = Duration::from_secs(10);
+
+/// Errors of a run: the scenario, or the simulator itself.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The scenario broke a rule.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// A host failed or turmoil stopped the run.
+    #[error("simulation failed at {at:?}: {message}")]
+    Sim {
+        /// Simulated time of the failure.
+        at: Duration,
+        /// What turmoil said.
+        message: String,
+    },
+}
+
+/// What one run produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// BLAKE2b-256 of the trace.
+    pub trace_hash: String,
+    /// The checker's verdict.
+    pub verdict: Verdict,
+    /// Faults and endpoint behaviours by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Simulated time at the end, in ms.
+    pub simulated_ms: u64,
+    /// Whether the run reached a drained, quiet tail before the time limit.
+    pub quiesced: bool,
+    /// Drain-and-switch procedures.
+    pub switches: Vec<SwitchReport>,
+    /// The full trace, when asked for.
+    #[serde(skip)]
+    pub trace: Option<String>,
+}
+
+/// Runs `scenario` with `seed`; with `keep_trace` the outcome carries the text trace.
+pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcome, RunError> {
+    scenario.validate()?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let count = PartitionCount::new(i64::from(scenario.partitions))
+        .map_err(|e| ScenarioError::Invalid { field: "partitions", rule: e.to_string() })?;
+    let world = World {
+        control: Control::new(count),
+        store: Rc::new(RefCell::new(StoreState::default())),
+        rec: Rc::new(RefCell::new(Recorder::default())),
+    };
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(rng.random())
+        .tick_duration(TICK)
+        .simulation_duration(Duration::from_millis(scenario.duration_ms) + TURMOIL_MARGIN)
+        .min_message_latency(Duration::from_millis(scenario.min_latency_ms))
+        .max_message_latency(Duration::from_millis(scenario.max_latency_ms))
+        .build();
+    if scenario.max_latency_ms > scenario.min_latency_ms {
+        world.rec.borrow_mut().fault("latency_jitter");
+    }
+    add_hosts(&mut sim, scenario, &world, &mut rng);
+    drive(&mut sim, scenario, &world, seed, keep_trace)
+}
+
+fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng: &mut StdRng) {
+    let detection = Duration::from_millis(scenario.detection_ms);
+    sim.host("store", store::host(world.store.clone(), world.rec.clone(), detection));
+    let specs = scenario.keys.iter().map(|k| (k.key.clone(), k.endpoint.clone())).collect();
+    let slow = Duration::from_millis(scenario.delivery_timeout_ms * 2);
+    sim.host("endpoint", endpoint::host(Endpoints::new(specs, slow), world.rec.clone()));
+    let request_timeout = Duration::from_millis(scenario.request_timeout_ms);
+    for i in 0..scenario.workers {
+        let mut config = WorkerConfig::new(worker_name(i));
+        config.retry = scenario.retry;
+        config.idle_poll = Duration::from_millis(scenario.idle_poll_ms);
+        config.rebalance_every = Duration::from_millis(scenario.rebalance_ms);
+        config.delivery_timeout = Duration::from_millis(scenario.delivery_timeout_ms);
+        config.reconnect_after = Duration::from_millis(200);
+        config.takeover_delay = scenario.takeover_delay_ms.map(Duration::from_millis);
+        config.rng_seed = rng.random();
+        config.start_offset = (i * usize::from(scenario.partitions) / scenario.workers) as u16;
+        let host = WorkerHost {
+            config,
+            control: world.control.clone(),
+            rec: world.rec.clone(),
+            request_timeout,
+        };
+        sim.host(worker_name(i), host.factory());
+    }
+    for (index, plan) in plans(scenario, rng).into_iter().enumerate() {
+        let host = ProducerHost {
+            index,
+            plan: plan.into(),
+            routing: Routing::Blake2b,
+            commit_latency: Duration::from_millis(scenario.commit_latency_ms),
+            request_timeout,
+            control: world.control.clone(),
+            rec: world.rec.clone(),
+        };
+        sim.host(format!("producer-{index}"), host.factory());
+    }
+}
+
+/// Each producer's events, sorted by time: event `n` of a key comes after event `n - 1`.
+fn plans(scenario: &Scenario, rng: &mut StdRng) -> Vec<Vec<Planned>> {
+    let mut plans = vec![Vec::new(); scenario.producers];
+    for (i, key) in scenario.keys.iter().enumerate() {
+        let mut times: Vec<u64> =
+            (0..key.events).map(|_| rng.random_range(0..=scenario.load_ms * 1000)).collect();
+        times.sort_unstable();
+        for (n, at) in times.into_iter().enumerate() {
+            plans[i % scenario.producers].push((at, i, n, key.key.clone()));
+        }
+    }
+    plans
+        .into_iter()
+        .map(|mut p| {
+            p.sort();
+            p.into_iter()
+                .map(|(at, _, n, key)| Planned {
+                    at: Duration::from_micros(at),
+                    event_id: format!("{key}#{n}"),
+                    key,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn drive(
+    sim: &mut turmoil::Sim<'_>,
+    scenario: &Scenario,
+    world: &World,
+    seed: u64,
+    keep_trace: bool,
+) -> Result<RunOutcome, RunError> {
+    let mut faults = FaultRunner::new(&scenario.faults);
+    let limit = Duration::from_millis(scenario.duration_ms);
+    let tail = Duration::from_millis(scenario.tail_ms);
+    let mut quiet_since: Option<Duration> = None;
+    let quiesced = loop {
+        let now = sim.elapsed();
+        faults.apply(sim, now, world);
+        if is_quiet(scenario, world, &faults) {
+            let since = *quiet_since.get_or_insert(now);
+            if now.saturating_sub(since) >= tail {
+                break true;
+            }
+        } else {
+            quiet_since = None;
+        }
+        if now >= limit {
+            break false;
+        }
+        sim.step().map_err(|e| RunError::Sim { at: now, message: e.to_string() })?;
+    };
+    let end = sim.elapsed();
+    let mut rec = world.rec.borrow_mut();
+    rec.history.end = Time(end);
+    rec.log(
+        Time(end),
+        "driver",
+        format_args!("end (quiesced: {quiesced}, depth {})", world.store.borrow().depth()),
+    );
+    let verdict = check(&rec.history);
+    Ok(RunOutcome {
+        seed,
+        trace_hash: rec.trace_hash(),
+        verdict,
+        faults: rec.faults.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+        simulated_ms: end.as_millis() as u64,
+        quiesced,
+        switches: faults.switches.clone(),
+        trace: keep_trace.then(|| rec.trace().to_owned()),
+    })
+}
+
+/// Producers done, faults healed, nothing queued or open.
+fn is_quiet(scenario: &Scenario, world: &World, faults: &FaultRunner) -> bool {
+    let store = world.store.borrow();
+    world.control.borrow().finished.len() == scenario.producers
+        && faults.is_idle()
+        && store.depth() == 0
+        && store.uncommitted() == 0
+}

@@ -1,0 +1,344 @@
+//! A scenario is data: topology, keys and their events, endpoint behaviour, lease model, retry
+//! policy, faults and limits. It serialises to JSON, so a failing case can be saved and
+//! replayed; [`Scenario::generate`] draws one from a seed.
+
+use std::time::Duration;
+
+use keyorder::retry::RetryPolicy;
+use keyorder::PartitionCount;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Errors of scenario validation, each naming the field and the rule.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScenarioError {
+    /// A field is out of range.
+    #[error("scenario field {field}: {rule}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// What it must satisfy.
+        rule: String,
+    },
+    /// The scenario file is not valid JSON for a scenario.
+    #[error("scenario is not valid: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Preset scenario sizes for sweeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Size {
+    /// 4 partitions, 2 workers, about 100 events.
+    Small,
+    /// 16 partitions, 4 workers, about 2,400 events.
+    Medium,
+    /// 64 partitions, 8 workers, about 12,000 events.
+    Large,
+}
+
+/// How one key's endpoint behaves. Decisions depend only on the event and its arrival count,
+/// so they are deterministic.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointSpec {
+    /// Time to answer a normal request, in ms.
+    pub latency_ms: u64,
+    /// The first this-many arrivals of every event answer 503 (with a `Retry-After` of
+    /// `retry_after_ms` when set).
+    pub fail_first: u32,
+    /// A `Retry-After` hint sent with those 503s.
+    pub retry_after_ms: Option<u64>,
+    /// The first this-many arrivals of every event take longer than the delivery timeout.
+    pub slow_first: u32,
+    /// Event numbers (0-based, per key) that always fail with 500: poison events.
+    pub poison: Vec<u32>,
+}
+
+/// One key, its event count and its endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeySpec {
+    /// The partition key (a subscription id).
+    pub key: String,
+    /// How many events the key gets.
+    pub events: u32,
+    /// Its endpoint's behaviour.
+    pub endpoint: EndpointSpec,
+}
+
+/// A fault, at a time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fault {
+    /// When, in ms of simulated time.
+    pub at_ms: u64,
+    /// What.
+    pub kind: FaultKind,
+}
+
+/// The faults a scenario can schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum FaultKind {
+    /// Crash worker `worker` and restart it `down_ms` later with nothing but its config.
+    CrashWorker {
+        /// Worker index.
+        worker: usize,
+        /// Downtime.
+        down_ms: u64,
+    },
+    /// Cut worker `worker` off from the store (not from endpoints) for `for_ms`.
+    LeaseLoss {
+        /// Worker index.
+        worker: usize,
+        /// Duration of the cut; longer than the store's detection delay to lose the lease.
+        for_ms: u64,
+    },
+    /// Crash the store and restart it `down_ms` later: sessions and locks are gone,
+    /// committed rows stay.
+    StoreRestart {
+        /// Downtime.
+        down_ms: u64,
+    },
+    /// Change the partition count to `to` by drain-and-switch.
+    Repartition {
+        /// The new count.
+        to: u16,
+    },
+}
+
+impl FaultKind {
+    /// The fault's name in summaries.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FaultKind::CrashWorker { .. } => "crash",
+            FaultKind::LeaseLoss { .. } => "lease_loss",
+            FaultKind::StoreRestart { .. } => "store_restart",
+            FaultKind::Repartition { .. } => "repartition",
+        }
+    }
+}
+
+/// A whole simulated deployment and what happens to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scenario {
+    /// The partition count at the start.
+    pub partitions: u16,
+    /// Worker hosts.
+    pub workers: usize,
+    /// Producer hosts; key `i` is produced by producer `i % producers`.
+    pub producers: usize,
+    /// Keys and their endpoints.
+    pub keys: Vec<KeySpec>,
+    /// Events are enqueued over this window, in ms.
+    pub load_ms: u64,
+    /// A producer's transaction stays open this long before it commits, in ms.
+    pub commit_latency_ms: u64,
+    /// Network latency bounds between hosts, in ms (jitter when they differ).
+    pub min_latency_ms: u64,
+    /// See `min_latency_ms`.
+    pub max_latency_ms: u64,
+    /// How long the store waits on a silent session before declaring it dead and releasing its
+    /// locks (PostgreSQL's keepalive detection), in ms.
+    pub detection_ms: u64,
+    /// How long a client waits for a store answer before dropping the connection, in ms.
+    pub request_timeout_ms: u64,
+    /// How long one delivery may take, in ms.
+    pub delivery_timeout_ms: u64,
+    /// How long a new lease waits before its first read, in ms; absent means the delivery
+    /// timeout (safe). Shorter lets a restarted store's new lease holders overlap deliveries
+    /// still in flight from the old ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takeover_delay_ms: Option<u64>,
+    /// Retry policy at the head.
+    pub retry: RetryPolicy,
+    /// Empty-partition poll interval, in ms.
+    pub idle_poll_ms: u64,
+    /// Worker rebalance interval, in ms.
+    pub rebalance_ms: u64,
+    /// Scheduled faults.
+    pub faults: Vec<Fault>,
+    /// Quiet time after the queue drained, to catch stragglers, in ms.
+    pub tail_ms: u64,
+    /// Hard limit of simulated time, in ms.
+    pub duration_ms: u64,
+}
+
+impl Scenario {
+    /// Parses and validates a scenario from JSON.
+    pub fn from_json(text: &str) -> Result<Self, ScenarioError> {
+        let scenario: Scenario = serde_json::from_str(text)?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Total events across keys.
+    pub fn total_events(&self) -> u64 {
+        self.keys.iter().map(|k| u64::from(k.events)).sum()
+    }
+
+    /// Checks the scenario's rules; the first broken one is the error.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let invalid =
+            |field, rule: &str| Err(ScenarioError::Invalid { field, rule: rule.to_owned() });
+        if PartitionCount::new(i64::from(self.partitions)).is_err() {
+            return invalid("partitions", "must be between 1 and 32767");
+        }
+        if self.workers == 0 || self.workers > 64 {
+            return invalid("workers", "must be between 1 and 64");
+        }
+        if self.producers == 0 || self.producers > 64 {
+            return invalid("producers", "must be between 1 and 64");
+        }
+        if self.keys.is_empty() {
+            return invalid("keys", "must name at least one key");
+        }
+        if self.keys.iter().any(|k| k.key.is_empty()) {
+            return invalid("keys", "a key must not be empty");
+        }
+        if self.min_latency_ms > self.max_latency_ms {
+            return invalid("min_latency_ms", "must not exceed max_latency_ms");
+        }
+        // The fencing argument: a partitioned worker's delivery must end before the store can
+        // hand its lease to another worker, or their deliveries could overlap.
+        if self.delivery_timeout_ms + self.request_timeout_ms >= self.detection_ms {
+            return invalid(
+                "detection_ms",
+                "must exceed delivery_timeout_ms + request_timeout_ms (else a partitioned worker may still be delivering when its lease moves)",
+            );
+        }
+        let idle_max =
+            self.idle_poll_ms.max(self.rebalance_ms).max(self.retry.cap().as_millis() as u64);
+        if idle_max + self.request_timeout_ms >= self.detection_ms {
+            return invalid("detection_ms", "must exceed the longest quiet period of a healthy session (idle poll, rebalance, backoff cap) plus the request timeout");
+        }
+        for f in &self.faults {
+            match f.kind {
+                FaultKind::CrashWorker { worker, .. } | FaultKind::LeaseLoss { worker, .. }
+                    if worker >= self.workers =>
+                {
+                    return invalid("faults", "a fault names a worker that does not exist")
+                }
+                FaultKind::Repartition { to } if PartitionCount::new(i64::from(to)).is_err() => {
+                    return invalid("faults", "a repartition target must be between 1 and 32767")
+                }
+                _ => {}
+            }
+        }
+        if self.duration_ms <= self.load_ms {
+            return invalid("duration_ms", "must exceed load_ms");
+        }
+        Ok(())
+    }
+
+    /// A random scenario of `size`, drawn from `seed`.
+    pub fn generate(size: Size, seed: u64) -> Scenario {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5C3A_A10E);
+        let (partitions, workers, producers, keys, events, load_ms) = match size {
+            Size::Small => (4u16, 2usize, 1usize, 8usize, 12u32, 1_000u64),
+            Size::Medium => (16, 4, 2, 96, 25, 3_000),
+            Size::Large => (64, 8, 4, 480, 25, 8_000),
+        };
+        let keys = (0..keys).map(|i| key_spec(&mut rng, i, events)).collect();
+        let mut scenario = Scenario {
+            partitions,
+            workers,
+            producers,
+            keys,
+            load_ms,
+            commit_latency_ms: 2,
+            min_latency_ms: 1,
+            max_latency_ms: rng.random_range(1..=4),
+            detection_ms: 3_000,
+            request_timeout_ms: 800,
+            delivery_timeout_ms: 400,
+            takeover_delay_ms: None,
+            retry: RetryPolicy::new(4, Duration::from_millis(50), Duration::from_millis(400))
+                .expect("valid policy"),
+            idle_poll_ms: 100,
+            rebalance_ms: 300,
+            faults: Vec::new(),
+            tail_ms: 1_500,
+            duration_ms: 120_000,
+        };
+        scenario.faults = faults(&mut rng, &scenario);
+        scenario
+    }
+}
+
+fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {
+    let mut endpoint = EndpointSpec { latency_ms: rng.random_range(0..=3), ..Default::default() };
+    match rng.random_range(0..100) {
+        0..=5 => endpoint.fail_first = rng.random_range(1..=2),
+        6..=8 => {
+            endpoint.fail_first = 1;
+            endpoint.retry_after_ms = Some(rng.random_range(50..=300));
+        }
+        9..=12 => endpoint.slow_first = 1,
+        13..=15 => endpoint.poison = vec![rng.random_range(0..events)],
+        _ => {}
+    }
+    let n = events + rng.random_range(0..=events / 5);
+    KeySpec { key: format!("sub_{i:04}_{:08x}", rng.random::<u32>()), events: n, endpoint }
+}
+
+fn faults(rng: &mut StdRng, s: &Scenario) -> Vec<Fault> {
+    let mut out = Vec::new();
+    let at = |rng: &mut StdRng| rng.random_range(100..s.load_ms + 1_000);
+    for _ in 0..rng.random_range(0..=2) {
+        let worker = rng.random_range(0..s.workers);
+        let kind = FaultKind::CrashWorker { worker, down_ms: rng.random_range(100..=1_500) };
+        out.push(Fault { at_ms: at(rng), kind });
+    }
+    for _ in 0..rng.random_range(0..=2) {
+        let worker = rng.random_range(0..s.workers);
+        let kind =
+            FaultKind::LeaseLoss { worker, for_ms: s.detection_ms + rng.random_range(200..=2_000) };
+        out.push(Fault { at_ms: at(rng), kind });
+    }
+    if rng.random_bool(0.3) {
+        out.push(Fault {
+            at_ms: at(rng),
+            kind: FaultKind::StoreRestart { down_ms: rng.random_range(50..=800) },
+        });
+    }
+    if rng.random_bool(0.3) {
+        let to = match rng.random_range(0..3) {
+            0 => s.partitions * 2,
+            1 => s.partitions + 1,
+            _ => (s.partitions / 2).max(1),
+        };
+        out.push(Fault {
+            at_ms: rng.random_range(s.load_ms / 4..s.load_ms),
+            kind: FaultKind::Repartition { to },
+        });
+    }
+    out.sort_by_key(|f| f.at_ms);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_scenarios_are_valid_and_round_trip() {
+        for size in [Size::Small, Size::Medium, Size::Large] {
+            for seed in 0..20 {
+                let s = Scenario::generate(size, seed);
+                s.validate().expect("generated scenarios are valid");
+                let back = Scenario::from_json(&serde_json::to_string(&s).unwrap()).unwrap();
+                assert_eq!(back, s);
+            }
+        }
+        assert!(Scenario::generate(Size::Medium, 1).total_events() >= 2_000);
+    }
+
+    #[test]
+    fn an_unsafe_lease_model_is_refused() {
+        let mut s = Scenario::generate(Size::Small, 1);
+        s.detection_ms = s.delivery_timeout_ms;
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("detection_ms"), "{err}");
+    }
+}

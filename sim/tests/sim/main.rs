@@ -1,0 +1,8 @@
+//! Simulation tests, one binary (as turmoil's own tests): determinism, sweeps that must pass,
+//! saved regressions, and trace snapshots.
+
+mod determinism;
+mod fixtures;
+mod regressions;
+mod snapshots;
+mod sweeps;
