@@ -91,11 +91,11 @@ fn violated(h: &History) -> Vec<Kind> {
     check(h).violated()
 }
 
-/// Two events of one key, both first-delivered, in seq order: their indices in `enqueued`.
+/// Two events of one key, both accepted, in seq order: their indices in `enqueued`.
 fn same_key_pair(h: &History, pick: usize) -> Option<(usize, usize)> {
     let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, e) in h.enqueued.iter().enumerate() {
-        if h.deliveries.iter().any(|d| d.seq == e.seq) {
+        if h.deliveries.iter().any(|d| d.seq == e.seq && d.outcome == Outcome::Accepted) {
             by_key.entry(&e.key).or_default().push(i);
         }
     }

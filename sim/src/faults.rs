@@ -131,6 +131,28 @@ impl FaultRunner {
                 rec.log(t, "driver", format_args!("repair {host} to store"));
                 sim.repair(host.as_str(), "store");
             }
+            Step::Repartition(to) if world.flip_without_drain => {
+                let from = world.control.borrow().count.get();
+                rec.log(
+                    t,
+                    "driver",
+                    format_args!(
+                        "flip {from} -> {to} WITHOUT drain (depth {})",
+                        world.store.borrow().depth()
+                    ),
+                );
+                rec.fault("repartition");
+                if let Ok(count) = PartitionCount::new(i64::from(to)) {
+                    world.control.borrow_mut().count = count;
+                }
+                self.switches.push(SwitchReport {
+                    from,
+                    to,
+                    write_pause_ms: 0,
+                    drain_ms: 0,
+                    switched: true,
+                });
+            }
             Step::Repartition(to) => {
                 let from = world.control.borrow().count.get();
                 rec.log(
@@ -211,6 +233,8 @@ pub struct World {
     pub store: SharedStore,
     /// The recorder.
     pub rec: SharedRecorder,
+    /// `flip-without-drain`: a modulus change flips at once, with events still queued.
+    pub flip_without_drain: bool,
 }
 
 /// A worker host's name.

@@ -5,6 +5,7 @@
 //! applied between `sim.step()` calls, and the checker's verdict on the recorded history. No
 //! wall clock, thread or hash-map order reaches the run; the trace hash proves it.
 
+pub mod breaks;
 pub mod control;
 pub mod faults;
 pub mod hosts;
@@ -15,5 +16,6 @@ pub mod scenario;
 pub mod sweep;
 pub mod trace;
 
+pub use breaks::Break;
 pub use run::{run, RunError, RunOutcome};
 pub use scenario::{Scenario, Size};

@@ -47,6 +47,10 @@ pub enum StoreRequest {
     Insert { event_id: String, key: String, partition: PartitionId },
     /// Commit the producer's open insert.
     Commit,
+    /// Mark this session a pooled connection (the `unfenced-lease` design only).
+    Pooled,
+    /// Does nothing; keeps a session from looking dead.
+    Ping,
 }
 
 /// The store's answer.

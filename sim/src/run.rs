@@ -7,21 +7,25 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::check::{check, Verdict};
+use keyorder::retry::RetryPolicy;
 use keyorder::worker::WorkerConfig;
 use keyorder::{PartitionCount, Time};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::breaks::Break;
 use crate::control::Control;
 use crate::faults::{worker_name, FaultRunner, SwitchReport, World};
 use crate::hosts::endpoint::{self, Endpoints};
 use crate::hosts::producer::{Planned, ProducerHost, Routing};
-use crate::hosts::store::{self, StoreState};
+use crate::hosts::store::{self, StoreBreaks, StoreState};
 use crate::hosts::worker::WorkerHost;
 use crate::scenario::{Scenario, ScenarioError};
 use crate::trace::Recorder;
 
+/// How long a racing producer's transaction may stay open (`unserialised-producers`).
+const RACING_COMMIT_JITTER: Duration = Duration::from_millis(150);
 /// Simulated time per `sim.step()`.
 const TICK: Duration = Duration::from_millis(1);
 /// Turmoil's own limit sits past the scenario's, so the driver always stops first.
@@ -76,6 +80,11 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
         control: Control::new(count),
         store: Rc::new(RefCell::new(StoreState::default())),
         rec: Rc::new(RefCell::new(Recorder::default())),
+        flip_without_drain: scenario.has(Break::FlipWithoutDrain),
+    };
+    world.store.borrow_mut().durable.breaks = StoreBreaks {
+        shared_locks: scenario.has(Break::TwoReaders),
+        requeue_at_tail: scenario.has(Break::RequeueAtTail),
     };
     let mut sim = turmoil::Builder::new()
         .rng_seed(rng.random())
@@ -100,7 +109,12 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
     let request_timeout = Duration::from_millis(scenario.request_timeout_ms);
     for i in 0..scenario.workers {
         let mut config = WorkerConfig::new(worker_name(i));
-        config.retry = scenario.retry;
+        config.retry = if scenario.has(Break::UnboundedRetry) {
+            RetryPolicy::new(u32::MAX, Duration::from_millis(50), scenario.retry.cap())
+                .unwrap_or(scenario.retry)
+        } else {
+            scenario.retry
+        };
         config.idle_poll = Duration::from_millis(scenario.idle_poll_ms);
         config.rebalance_every = Duration::from_millis(scenario.rebalance_ms);
         config.delivery_timeout = Duration::from_millis(scenario.delivery_timeout_ms);
@@ -113,15 +127,25 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
             control: world.control.clone(),
             rec: world.rec.clone(),
             request_timeout,
+            unfenced: scenario.has(Break::UnfencedLease),
+            parallel: scenario.has(Break::ParallelInPartition),
         };
         sim.host(worker_name(i), host.factory());
     }
+    let racing = scenario.has(Break::UnserialisedProducers);
     for (index, plan) in plans(scenario, rng).into_iter().enumerate() {
+        let routing = if scenario.has(Break::RandomHash) {
+            Routing::Seeded(rng.random())
+        } else {
+            Routing::Blake2b
+        };
         let host = ProducerHost {
             index,
             plan: plan.into(),
-            routing: Routing::Blake2b,
+            routing,
             commit_latency: Duration::from_millis(scenario.commit_latency_ms),
+            commit_jitter: if racing { RACING_COMMIT_JITTER } else { Duration::ZERO },
+            rng_seed: rng.random(),
             request_timeout,
             control: world.control.clone(),
             rec: world.rec.clone(),
@@ -131,14 +155,17 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
 }
 
 /// Each producer's events, sorted by time: event `n` of a key comes after event `n - 1`.
+/// A key belongs to one producer, unless a broken design spreads its events over several.
 fn plans(scenario: &Scenario, rng: &mut StdRng) -> Vec<Vec<Planned>> {
+    let spread = scenario.has(Break::RandomHash) || scenario.has(Break::UnserialisedProducers);
     let mut plans = vec![Vec::new(); scenario.producers];
     for (i, key) in scenario.keys.iter().enumerate() {
         let mut times: Vec<u64> =
             (0..key.events).map(|_| rng.random_range(0..=scenario.load_ms * 1000)).collect();
         times.sort_unstable();
         for (n, at) in times.into_iter().enumerate() {
-            plans[i % scenario.producers].push((at, i, n, key.key.clone()));
+            let producer = if spread { i + n } else { i } % scenario.producers;
+            plans[producer].push((at, i, n, key.key.clone()));
         }
     }
     plans
@@ -186,6 +213,7 @@ fn drive(
     let end = sim.elapsed();
     let mut rec = world.rec.borrow_mut();
     rec.history.end = Time(end);
+    rec.history.queued_at_end = world.store.borrow().queued();
     rec.log(
         Time(end),
         "driver",

@@ -10,6 +10,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::breaks::Break;
+
 /// Errors of scenario validation, each naming the field and the rule.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -54,6 +56,10 @@ pub struct EndpointSpec {
     pub slow_first: u32,
     /// Event numbers (0-based, per key) that always fail with 500: poison events.
     pub poison: Vec<u32>,
+    /// Percent of arrivals that fail with 503, decided by a hash of the event id and the
+    /// arrival count (deterministic, but uneven across events: a flaky endpoint).
+    #[serde(default)]
+    pub flaky_percent: u32,
 }
 
 /// One key, its event count and its endpoint.
@@ -162,6 +168,9 @@ pub struct Scenario {
     pub tail_ms: u64,
     /// Hard limit of simulated time, in ms.
     pub duration_ms: u64,
+    /// Known-bad designs switched on (empty: the correct design).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breaks: Vec<Break>,
 }
 
 impl Scenario {
@@ -260,9 +269,59 @@ impl Scenario {
             faults: Vec::new(),
             tail_ms: 1_500,
             duration_ms: 120_000,
+            breaks: Vec::new(),
         };
         scenario.faults = faults(&mut rng, &scenario);
         scenario
+    }
+
+    /// Whether `b` is switched on.
+    pub fn has(&self, b: Break) -> bool {
+        self.breaks.contains(&b)
+    }
+
+    /// The scenario of `size` and `seed` with `b` switched on, plus the trigger that design
+    /// needs to show (a lease loss for an unfenced lease, a modulus change for a flip, a
+    /// poison event for unbounded retry, two producers where keys must share them). Without
+    /// the switch the same scenario is the correct design under the same faults.
+    pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
+        let mut s = Scenario::generate(size, seed);
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xB7EA_C0DE);
+        let mid = s.load_ms / 2;
+        match b {
+            Break::RandomHash | Break::UnserialisedProducers => s.producers = s.producers.max(2),
+            Break::UnfencedLease => {
+                // The cut comes early and events keep coming long after it heals, so the
+                // worker that lost its lease has heads to read beside the new holder.
+                let worker = rng.random_range(0..s.workers);
+                let (at_ms, for_ms) = (rng.random_range(500..1_000), s.detection_ms + 500);
+                s.faults.push(Fault { at_ms, kind: FaultKind::LeaseLoss { worker, for_ms } });
+                s.load_ms = s.load_ms.max(at_ms + for_ms + 3_000);
+            }
+            Break::RequeueAtTail => {
+                for k in s.keys.iter_mut().step_by(4) {
+                    k.endpoint.flaky_percent = k.endpoint.flaky_percent.max(30);
+                }
+            }
+            Break::FlipWithoutDrain => {
+                s.faults.retain(|f| !matches!(f.kind, FaultKind::Repartition { .. }));
+                let to = s.partitions * 2;
+                s.faults.push(Fault {
+                    at_ms: rng.random_range(mid / 2..mid.max(1)),
+                    kind: FaultKind::Repartition { to },
+                });
+            }
+            Break::UnboundedRetry => {
+                let k = rng.random_range(0..s.keys.len());
+                let events = s.keys[k].events;
+                s.keys[k].endpoint.poison = vec![rng.random_range(0..events)];
+                s.duration_ms = s.load_ms + 15_000;
+            }
+            Break::TwoReaders | Break::ParallelInPartition => {}
+        }
+        s.faults.sort_by_key(|f| f.at_ms);
+        s.breaks = vec![b];
+        s
     }
 }
 
@@ -276,6 +335,7 @@ fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {
         }
         9..=12 => endpoint.slow_first = 1,
         13..=15 => endpoint.poison = vec![rng.random_range(0..events)],
+        16..=19 => endpoint.flaky_percent = rng.random_range(10..=40),
         _ => {}
     }
     let n = events + rng.random_range(0..=events / 5);

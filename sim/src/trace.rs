@@ -35,6 +35,8 @@ pub struct Recorder {
     arrived: BTreeMap<u64, usize>,
     /// Fault and behaviour counts by kind.
     pub faults: BTreeMap<&'static str, u64>,
+    /// Enqueue seq of each event, for deliveries of a row that was requeued under a new seq.
+    origin: BTreeMap<String, Seq>,
 }
 
 /// The current simulated time, inside or outside a host.
@@ -52,6 +54,12 @@ impl Recorder {
     /// Counts one occurrence of a fault or behaviour.
     pub fn fault(&mut self, kind: &'static str) {
         *self.faults.entry(kind).or_default() += 1;
+    }
+
+    /// An event committed.
+    pub fn enqueued(&mut self, e: keyorder::check::Enqueued) {
+        self.origin.insert(e.event_id.clone(), e.seq);
+        self.history.enqueued.push(e);
     }
 
     /// A worker starts a delivery: returns its id.
@@ -88,6 +96,7 @@ impl Recorder {
     ) {
         let at = now();
         let Some(p) = self.pending.remove(&id) else { return };
+        let seq = self.origin.get(event_id).copied().unwrap_or(seq);
         self.log(
             at,
             "endpoint",

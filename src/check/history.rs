@@ -17,6 +17,9 @@ pub struct History {
     pub dead_letters: Vec<DeadLettered>,
     /// Lease acquisitions, releases and losses.
     pub leases: Vec<LeaseChange>,
+    /// Rows still in the queue when the history ends: stuck, not lost.
+    #[serde(default)]
+    pub queued_at_end: Vec<Seq>,
     /// When the history ends (the end of the quiescent tail).
     pub end: Time,
 }

@@ -1,11 +1,13 @@
 //! The checker: a delivery [`History`] in, a [`Verdict`] out.
 //!
-//! Violations (the design is broken): **reorder**, **split key**, **lost**, **concurrent**.
+//! Violations (the design is broken): **reorder**, **split key**, **lost**, **concurrent**,
+//! and the liveness verdict **stall** (a partition's head still queued long after enqueue).
 //! Counted (allowed, but receivers must know): **gap** after a dead-letter, **duplicate**, and
 //! **stale duplicate**. Each kind carries its count and its first counterexample in time.
 //! Pure and deterministic: the same history gives the same verdict, byte for byte.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,14 +25,17 @@ pub use history::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
-    /// For one key, an event's first delivery came after the first delivery of a later event.
+    /// For one key, an event's first accepted delivery came after the first accepted delivery
+    /// of a later event.
     Reorder,
     /// One key had undelivered events on two partitions at once.
     SplitKey,
     /// An event was neither delivered nor dead-lettered by the end.
     Lost,
-    /// Two deliveries of different events of one partition were in flight at once.
+    /// Two deliveries of one partition were in flight at once.
     Concurrent,
+    /// At the end, a partition's head had waited longer than the stall bound.
+    Stall,
     /// A later event was delivered after an earlier one of its key was dead-lettered.
     Gap,
     /// An event was delivered again after the endpoint had accepted it.
@@ -41,11 +46,12 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, violations first, in report order.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Reorder,
         Kind::SplitKey,
         Kind::Lost,
         Kind::Concurrent,
+        Kind::Stall,
         Kind::Gap,
         Kind::Duplicate,
         Kind::StaleDuplicate,
@@ -53,7 +59,7 @@ impl Kind {
 
     /// Whether this kind breaks the design's contract (as opposed to being counted).
     pub fn is_violation(self) -> bool {
-        matches!(self, Kind::Reorder | Kind::SplitKey | Kind::Lost | Kind::Concurrent)
+        matches!(self, Kind::Reorder | Kind::SplitKey | Kind::Lost | Kind::Concurrent | Kind::Stall)
     }
 
     /// The kind's name as printed and in JSON.
@@ -63,6 +69,7 @@ impl Kind {
             Kind::SplitKey => "split_key",
             Kind::Lost => "lost",
             Kind::Concurrent => "concurrent",
+            Kind::Stall => "stall",
             Kind::Gap => "gap",
             Kind::Duplicate => "duplicate",
             Kind::StaleDuplicate => "stale_duplicate",
@@ -148,9 +155,30 @@ impl Verdict {
     }
 }
 
+/// Bounds of the liveness verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckConfig {
+    /// A row still queued at the end that was enqueued longer ago than this is a stall.
+    pub stall_after: Duration,
+}
+
+impl Default for CheckConfig {
+    fn default() -> Self {
+        Self { stall_after: DEFAULT_STALL_AFTER }
+    }
+}
+
+/// The default stall bound: far beyond any retry schedule a sane policy has.
+pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(10);
+
+/// Judges `history` with the default bounds. See [`check_with`].
+pub fn check(history: &History) -> Verdict {
+    check_with(history, &CheckConfig::default())
+}
+
 /// Judges `history`. Never fails: an inconsistent history (a delivery of an event that was
 /// never enqueued, say) is judged on what it contains.
-pub fn check(history: &History) -> Verdict {
+pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
     let index = rules::Index::new(history);
     let findings = Kind::ALL
         .iter()
@@ -160,6 +188,7 @@ pub fn check(history: &History) -> Verdict {
                 Kind::SplitKey => rules::split_keys(&index),
                 Kind::Lost => rules::lost(&index),
                 Kind::Concurrent => rules::concurrent(&index),
+                Kind::Stall => rules::stalls(&index, config.stall_after),
                 Kind::Gap => rules::gaps(&index),
                 Kind::Duplicate => rules::duplicates(&index, false),
                 Kind::StaleDuplicate => rules::duplicates(&index, true),

@@ -62,13 +62,14 @@ fn record(found: &mut Found, make: impl FnOnce() -> Counterexample) {
     }
 }
 
-/// First arrivals per key must come in seq order.
+/// First accepted deliveries per key must come in seq order. A rejected attempt is not a
+/// delivery the receiver acted on: what it acted on, and in which order, is what counts.
 pub(super) fn reorder(index: &Index<'_>) -> Found {
     let mut found = (0, None);
     let mut seen = BTreeSet::new();
     let mut latest: BTreeMap<&str, &Delivery> = BTreeMap::new();
     for d in index.arrivals() {
-        if !seen.insert(d.seq) {
+        if d.outcome != Outcome::Accepted || !seen.insert(d.seq) {
             continue;
         }
         match latest.get(d.key.as_str()) {
@@ -81,7 +82,7 @@ pub(super) fn reorder(index: &Index<'_>) -> Found {
                         (&d.event_id, d.seq, d.arrived_at),
                     ],
                     format!(
-                        "seq {} was first delivered at {}, after seq {} of the same key at {}",
+                        "seq {} was first accepted at {}, after seq {} of the same key at {}",
                         d.seq, d.arrived_at, later.seq, later.arrived_at
                     ),
                 )
@@ -128,8 +129,9 @@ pub(super) fn duplicates(index: &Index<'_>, stale_only: bool) -> Found {
     found
 }
 
-/// Events neither accepted by an endpoint nor dead-lettered.
+/// Events neither accepted by an endpoint nor dead-lettered, and no longer queued.
 pub(super) fn lost(index: &Index<'_>) -> Found {
+    let queued: BTreeSet<Seq> = index.history.queued_at_end.iter().copied().collect();
     let accepted: BTreeSet<Seq> = index
         .history
         .deliveries
@@ -139,7 +141,10 @@ pub(super) fn lost(index: &Index<'_>) -> Found {
         .collect();
     let mut found = (0, None);
     for e in index.events.values() {
-        if !accepted.contains(&e.seq) && !index.dead.contains_key(&e.seq) {
+        if !accepted.contains(&e.seq)
+            && !index.dead.contains_key(&e.seq)
+            && !queued.contains(&e.seq)
+        {
             record(&mut found, || {
                 example(
                     &e.key,
@@ -148,6 +153,40 @@ pub(super) fn lost(index: &Index<'_>) -> Found {
                     format!(
                         "seq {} enqueued at {} was neither delivered nor dead-lettered",
                         e.seq, e.at
+                    ),
+                )
+            });
+        }
+    }
+    found
+}
+
+/// Partitions whose head, still queued at the end, was enqueued more than `bound` before it.
+/// Each partition counts once; the counterexample names the head and its wait.
+pub(super) fn stalls(index: &Index<'_>, bound: std::time::Duration) -> Found {
+    let end = index.history.end;
+    let mut heads: BTreeMap<PartitionId, &Enqueued> = BTreeMap::new();
+    for seq in &index.history.queued_at_end {
+        let Some(e) = index.events.get(seq) else { continue };
+        heads
+            .entry(e.partition)
+            .and_modify(|h| *h = if e.seq < h.seq { e } else { h })
+            .or_insert(e);
+    }
+    let mut found = (0, None);
+    for (p, head) in heads {
+        let waited = end.saturating_since(head.at);
+        if waited > bound {
+            record(&mut found, || {
+                example(
+                    &head.key,
+                    vec![p],
+                    &[(&head.event_id, head.seq, head.at)],
+                    format!(
+                        "partition {p}: head seq {} had waited {:.1}s at the end (bound {:.1}s)",
+                        head.seq,
+                        waited.as_secs_f64(),
+                        bound.as_secs_f64()
                     ),
                 )
             });
@@ -182,7 +221,8 @@ pub(super) fn gaps(index: &Index<'_>) -> Found {
     found
 }
 
-/// Overlapping deliveries of different events from one partition.
+/// Overlapping deliveries from one partition, of different events or of the same event by two
+/// workers at once (one worker never has two deliveries out).
 pub(super) fn concurrent(index: &Index<'_>) -> Found {
     let deliveries = &index.history.deliveries;
     let mut by_partition: BTreeMap<PartitionId, Vec<usize>> = BTreeMap::new();
@@ -196,7 +236,7 @@ pub(super) fn concurrent(index: &Index<'_>) -> Found {
         for i in list {
             let d = &deliveries[i];
             active.retain(|&a| deliveries[a].end() > d.sent_at);
-            if let Some(&other) = active.iter().find(|&&a| deliveries[a].seq != d.seq) {
+            if let Some(&other) = active.first() {
                 hits.push((d.sent_at, other, i));
             }
             active.push(i);

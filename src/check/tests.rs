@@ -188,3 +188,19 @@ fn the_verdict_prints_as_a_table_and_as_json() {
     let back: Verdict = serde_json::from_value(json).unwrap();
     assert_eq!(back, v);
 }
+
+#[test]
+fn a_head_stuck_past_the_bound_is_a_stall_not_a_loss() {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 2).enqueue(2, "a", 2);
+    b.deliver_with(1, Outcome::Rejected("500".into()), 0);
+    b.h.queued_at_end = vec![Seq(1), Seq(2)];
+    b.h.end = Time::from_millis(20_000);
+    let v = b.verdict();
+    assert_eq!(only(&v), vec![(Kind::Stall, 1)]);
+    let c = v.finding(Kind::Stall).unwrap().first.as_ref().unwrap();
+    assert_eq!((c.partitions.clone(), c.seqs.clone()), (vec![PartitionId(2)], vec![Seq(1)]));
+    // Within the bound it is neither a stall nor a loss: the events are still in the queue.
+    b.h.end = Time::from_millis(5_000);
+    assert_eq!(only(&b.verdict()), vec![]);
+}

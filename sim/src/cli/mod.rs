@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use keyorder_sim::{Scenario, Size};
+use keyorder_sim::{Break, Scenario, Size};
 
 mod replay;
 mod sweep;
@@ -47,6 +47,9 @@ pub struct ScenarioSource {
     /// Generate a scenario from each seed at this size.
     #[arg(long, value_enum, default_value_t = Size::Medium)]
     size: Size,
+    /// Switch on a known-bad design from the catalogue (the checker must catch it).
+    #[arg(long = "break", value_enum, value_name = "NAME")]
+    broken: Option<Break>,
 }
 
 impl ScenarioSource {
@@ -62,20 +65,33 @@ impl ScenarioSource {
 
     /// The scenario of `seed`.
     fn for_seed(&self, loaded: &Option<Scenario>, seed: u64) -> Scenario {
-        loaded.clone().unwrap_or_else(|| Scenario::generate(self.size, seed))
+        match (loaded, self.broken) {
+            (Some(s), None) => s.clone(),
+            (Some(s), Some(b)) => {
+                let mut s = s.clone();
+                s.breaks = vec![b];
+                s
+            }
+            (None, None) => Scenario::generate(self.size, seed),
+            (None, Some(b)) => Scenario::generate_broken(self.size, seed, b),
+        }
     }
 
     /// The flags that reproduce this source on the command line.
     pub(crate) fn flags(&self) -> String {
-        match &self.scenario {
+        let mut flags = match &self.scenario {
             Some(path) => format!("--scenario {}", path.display()),
-            None => format!(
-                "--size {}",
-                clap::ValueEnum::to_possible_value(&self.size)
-                    .map_or("medium".into(), |v| v.get_name().to_owned())
-            ),
+            None => format!("--size {}", value_name(&self.size)),
+        };
+        if let Some(b) = self.broken {
+            flags.push_str(&format!(" --break {}", b.name()));
         }
+        flags
     }
+}
+
+fn value_name(v: &impl clap::ValueEnum) -> String {
+    v.to_possible_value().map_or_else(String::new, |p| p.get_name().to_owned())
 }
 
 /// Runs the parsed command; the exit code says whether any run violated the contract.

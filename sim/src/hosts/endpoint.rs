@@ -54,12 +54,21 @@ impl Endpoints {
             rec.fault("failing_endpoint");
             return Answer { status: 503, retry_after_ms: spec.retry_after_ms, delay: latency };
         }
+        if spec.flaky_percent > 0 && flaky_roll(&req.event_id, arrival) < spec.flaky_percent {
+            rec.fault("flaky_endpoint");
+            return Answer { status: 503, retry_after_ms: None, delay: latency };
+        }
         if arrival <= spec.fail_first + spec.slow_first {
             rec.fault("slow_endpoint");
             return Answer { status: 200, retry_after_ms: None, delay: self.slow };
         }
         Answer { status: 200, retry_after_ms: None, delay: latency }
     }
+}
+
+/// A number in 0..100 fixed by the event and its arrival count.
+fn flaky_roll(event_id: &str, arrival: u32) -> u32 {
+    (keyorder::routing::key_digest(&format!("{event_id}/{arrival}")) % 100) as u32
 }
 
 /// The per-key event number in an event id `key#n`.

@@ -7,6 +7,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::{partition_for, PartitionCount, PartitionId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::control::SharedControl;
 use crate::protocol::{Conn, StoreRequest, StoreResponse, STORE_PORT};
@@ -33,12 +35,15 @@ pub struct Planned {
 pub enum Routing {
     /// The contract: BLAKE2b-8, big-endian, modulo the count in force.
     Blake2b,
+    /// `random-hash`: a hash seeded per producer process, as Python's `hash()` is.
+    Seeded(u64),
 }
 
 impl Routing {
     fn route(self, key: &str, count: PartitionCount) -> PartitionId {
         match self {
             Routing::Blake2b => partition_for(key, count),
+            Routing::Seeded(seed) => partition_for(&format!("{seed:016x}/{key}"), count),
         }
     }
 }
@@ -54,6 +59,11 @@ pub struct ProducerHost {
     pub routing: Routing,
     /// How long a transaction stays open.
     pub commit_latency: Duration,
+    /// Extra open time drawn per transaction from `[0, commit_jitter]` (used by
+    /// `unserialised-producers`, whose transactions race).
+    pub commit_jitter: Duration,
+    /// Seed of the jitter draws.
+    pub rng_seed: u64,
     /// Store request timeout.
     pub request_timeout: Duration,
     /// The configuration plane.
@@ -87,12 +97,15 @@ impl ProducerHost {
 
     async fn run(&self) {
         let mut conn: Option<Conn> = None;
+        let mut rng = StdRng::seed_from_u64(self.rng_seed);
         for event in self.plan.iter() {
             let wait = event.at.saturating_sub(now().0);
             tokio::time::sleep(wait).await;
             loop {
                 self.wait_while_paused().await;
-                let outcome = self.enqueue(&mut conn, event).await;
+                let jitter_us = rng.random_range(0..=self.commit_jitter.as_micros() as u64);
+                let outcome =
+                    self.enqueue(&mut conn, event, Duration::from_micros(jitter_us)).await;
                 self.control.borrow_mut().busy.remove(&self.index);
                 match outcome {
                     Enqueued::Done => break,
@@ -120,7 +133,12 @@ impl ProducerHost {
         self.control.borrow_mut().busy.insert(self.index);
     }
 
-    async fn enqueue(&self, conn: &mut Option<Conn>, event: &Planned) -> Enqueued {
+    async fn enqueue(
+        &self,
+        conn: &mut Option<Conn>,
+        event: &Planned,
+        jitter: Duration,
+    ) -> Enqueued {
         let conn = match conn {
             Some(c) => c,
             None => match Conn::connect(("store", STORE_PORT), self.request_timeout).await {
@@ -139,7 +157,7 @@ impl ProducerHost {
             Ok(StoreResponse::Duplicate) => return Enqueued::Done,
             _ => return Enqueued::Retry,
         }
-        tokio::time::sleep(self.commit_latency).await;
+        tokio::time::sleep(self.commit_latency + jitter).await;
         match conn.call(&StoreRequest::Commit, "commit", self.request_timeout).await {
             // A duplicate means an earlier, ambiguous commit of this event did land.
             Ok(StoreResponse::Ok | StoreResponse::Duplicate) => Enqueued::Done,

@@ -23,6 +23,9 @@ use crate::trace::{now, SharedRecorder};
 /// A queued row.
 #[derive(Clone, Debug)]
 pub struct Row {
+    /// The seq the event was first enqueued with (differs from the row's only after a
+    /// requeue at the tail).
+    pub origin: Seq,
     /// The event's id.
     pub event_id: String,
     /// Its key.
@@ -50,12 +53,26 @@ pub struct Durable {
     pub committed_ids: BTreeSet<String>,
     /// How many times the store has started.
     pub boots: u64,
+    /// Known-bad lease and retry behaviour switched on.
+    pub breaks: StoreBreaks,
+}
+
+/// The store-side switches of the broken-design catalogue.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreBreaks {
+    /// `two-readers`: a lock is granted whoever holds it, and every worker is told it is alone.
+    pub shared_locks: bool,
+    /// `requeue-at-tail`: a failed attempt moves the row to the tail with a new seq.
+    pub requeue_at_tail: bool,
 }
 
 #[derive(Debug, Default)]
 struct Session {
     worker: Option<String>,
     holder: Option<String>,
+    /// A pooled connection: holds no lock, and its statements run unchecked (as any plain
+    /// PostgreSQL connection's would). Only the `unfenced-lease` design opens one.
+    pooled: bool,
 }
 
 /// What a restart forgets: sessions, locks, open transactions.
@@ -63,7 +80,8 @@ struct Session {
 pub struct Volatile {
     next_session: u64,
     sessions: BTreeMap<u64, Session>,
-    locks: BTreeMap<PartitionId, (u64, Epoch)>,
+    /// (partition, session) → epoch. Exclusive unless `shared_locks`.
+    locks: BTreeMap<(PartitionId, u64), Epoch>,
     uncommitted: BTreeMap<u64, (Seq, PartitionId, Row)>,
 }
 
@@ -90,6 +108,11 @@ impl StoreState {
         self.volatile.uncommitted.len()
     }
 
+    /// The enqueue seqs of the rows still queued.
+    pub fn queued(&self) -> Vec<Seq> {
+        self.durable.rows.values().map(|r| r.origin).collect()
+    }
+
     /// Keys with queued rows on more than one partition.
     pub fn split_keys(&self) -> Vec<String> {
         let mut seen: BTreeMap<&str, BTreeSet<PartitionId>> = BTreeMap::new();
@@ -105,7 +128,7 @@ impl StoreState {
         // Session ids stay unique across restarts, so traces never reuse one.
         self.volatile.next_session = old.next_session;
         let mut rec = rec.borrow_mut();
-        for (partition, (session, epoch)) in old.locks {
+        for ((partition, session), epoch) in old.locks {
             let worker =
                 old.sessions.get(&session).and_then(|s| s.holder.clone()).unwrap_or_default();
             lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Lost);
@@ -130,12 +153,12 @@ impl StoreState {
             .volatile
             .locks
             .iter()
-            .filter(|(_, (s, _))| *s == id)
-            .map(|(p, (_, e))| (*p, *e))
+            .filter(|((_, s), _)| *s == id)
+            .map(|((p, _), e)| (*p, *e))
             .collect();
         let mut rec = rec.borrow_mut();
         for (partition, epoch) in held {
-            self.volatile.locks.remove(&partition);
+            self.volatile.locks.remove(&(partition, id));
             let worker = session.holder.clone().unwrap_or_default();
             rec.log(now(), "store", format_args!("session {id} ended ({why}): lease p{partition} epoch {epoch} of {worker} released"));
             lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Lost);
@@ -147,7 +170,8 @@ impl StoreState {
     }
 
     fn fenced(&self, session: u64, partition: PartitionId, epoch: Epoch) -> bool {
-        self.volatile.locks.get(&partition) == Some(&(session, epoch))
+        self.volatile.sessions.get(&session).is_some_and(|s| s.pooled)
+            || self.volatile.locks.get(&(partition, session)) == Some(&epoch)
     }
 
     /// Answers one request of `session` at time `now`.
@@ -171,14 +195,19 @@ impl StoreState {
             }
             R::LiveWorkers => {
                 let n = self.volatile.sessions.values().filter(|s| s.worker.is_some()).count();
-                StoreResponse::Count(n as u64)
+                StoreResponse::Count(if self.durable.breaks.shared_locks { 1 } else { n as u64 })
             }
+            R::Pooled => {
+                self.session(session).pooled = true;
+                StoreResponse::Ok
+            }
+            R::Ping => StoreResponse::Ok,
             R::TryLock { partition, worker } => self.try_lock(session, partition, worker, rec),
             R::Unlock { partition, epoch } => {
                 if !self.fenced(session, partition, epoch) {
                     return StoreResponse::NotHeld;
                 }
-                self.volatile.locks.remove(&partition);
+                self.volatile.locks.remove(&(partition, session));
                 let worker = self.session(session).holder.clone().unwrap_or_default();
                 lease_change(&mut rec.borrow_mut(), partition, worker, epoch, LeaseEvent::Released);
                 StoreResponse::Ok
@@ -193,9 +222,9 @@ impl StoreState {
                 if !self.fenced(session, partition, epoch) {
                     return StoreResponse::NotHeld;
                 }
-                if self.durable.rows.remove(&(partition, seq)).is_some() {
+                if let Some(row) = self.durable.rows.remove(&(partition, seq)) {
                     let mut rec = rec.borrow_mut();
-                    rec.history.acks.push(Acked { seq, at });
+                    rec.history.acks.push(Acked { seq: row.origin, at });
                     rec.log(at, "store", format_args!("ack p{partition} seq={seq}"));
                 }
                 StoreResponse::Ok
@@ -204,10 +233,23 @@ impl StoreState {
                 if !self.fenced(session, partition, epoch) {
                     return StoreResponse::NotHeld;
                 }
-                if let Some(row) = self.durable.rows.get_mut(&(partition, seq)) {
-                    row.attempts = attempts;
-                    row.not_before = Some(at.saturating_add(Duration::from_micros(retry_in_us)));
-                    row.last_error = Some(error);
+                let requeue = self.durable.breaks.requeue_at_tail;
+                let Some(row) = self.durable.rows.get_mut(&(partition, seq)) else {
+                    return StoreResponse::Ok;
+                };
+                row.attempts = attempts;
+                row.not_before = Some(at.saturating_add(Duration::from_micros(retry_in_us)));
+                row.last_error = Some(error);
+                if requeue {
+                    let row = self.durable.rows.remove(&(partition, seq)).expect("found above");
+                    self.durable.next_seq += 1;
+                    let tail = Seq(self.durable.next_seq);
+                    rec.borrow_mut().log(
+                        at,
+                        "store",
+                        format_args!("requeue p{partition} seq={seq} at the tail as seq={tail}"),
+                    );
+                    self.durable.rows.insert((partition, tail), row);
                 }
                 StoreResponse::Ok
             }
@@ -225,7 +267,11 @@ impl StoreState {
                             row.event_id
                         ),
                     );
-                    rec.history.dead_letters.push(DeadLettered { seq, reason: reason.clone(), at });
+                    rec.history.dead_letters.push(DeadLettered {
+                        seq: row.origin,
+                        reason: reason.clone(),
+                        at,
+                    });
                     self.durable.dead.push((seq, row, reason));
                 }
                 StoreResponse::Ok
@@ -248,13 +294,15 @@ impl StoreState {
         worker: String,
         rec: &SharedRecorder,
     ) -> StoreResponse {
-        if self.volatile.locks.contains_key(&partition) {
+        let held =
+            self.volatile.locks.range((partition, 0)..=(partition, u64::MAX)).next().is_some();
+        if held && !self.durable.breaks.shared_locks {
             return StoreResponse::Lock(None);
         }
         let epoch = self.durable.epochs.entry(partition).or_default();
         *epoch += 1;
         let epoch = Epoch(*epoch);
-        self.volatile.locks.insert(partition, (session, epoch));
+        self.volatile.locks.insert((partition, session), epoch);
         self.session(session).holder = Some(worker.clone());
         lease_change(&mut rec.borrow_mut(), partition, worker, epoch, LeaseEvent::Acquired);
         StoreResponse::Lock(Some(epoch))
@@ -291,7 +339,8 @@ impl StoreState {
         }
         self.durable.next_seq += 1;
         let seq = Seq(self.durable.next_seq);
-        let row = Row { event_id, key, attempts: 0, not_before: None, last_error: None };
+        let row =
+            Row { origin: seq, event_id, key, attempts: 0, not_before: None, last_error: None };
         self.volatile.uncommitted.insert(session, (seq, partition, row));
         StoreResponse::Inserted(seq)
     }
@@ -309,7 +358,7 @@ impl StoreState {
             "store",
             format_args!("commit p{partition} seq={seq} {} key={}", row.event_id, row.key),
         );
-        rec.history.enqueued.push(Enqueued {
+        rec.enqueued(Enqueued {
             event_id: row.event_id.clone(),
             key: row.key.clone(),
             seq,

@@ -33,6 +33,8 @@ pub struct SimStore {
     worker: Rc<str>,
     control: SharedControl,
     request_timeout: Duration,
+    /// `unfenced-lease`: statements go over a pooled connection, not the lease's.
+    unfenced: bool,
 }
 
 /// The worker's membership session.
@@ -48,7 +50,18 @@ pub struct SimLease {
     partition: PartitionId,
     epoch: Epoch,
     request_timeout: Duration,
+    /// `unfenced-lease` only: the pooled connection statements go over instead of `conn`.
+    pool: Option<Pool>,
 }
+
+/// The `unfenced-lease` design's connection pool: a statement that fails is retried on a
+/// fresh connection, so a lost lease goes unnoticed.
+struct Pool {
+    conn: Option<Conn>,
+}
+
+/// Attempts a pooled statement gets before the pool gives up (a bound, not a design choice).
+const POOL_ATTEMPTS: usize = 200;
 
 fn unexpected(operation: &'static str, resp: StoreResponse) -> StoreError {
     StoreError::Refused { operation, reason: format!("unexpected answer {resp:?}") }
@@ -75,9 +88,13 @@ impl Store for SimStore {
         let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
         let req = StoreRequest::TryLock { partition, worker: self.worker.to_string() };
         match conn.call(&req, "try_lock", self.request_timeout).await? {
-            StoreResponse::Lock(Some(epoch)) => {
-                Ok(Some(SimLease { conn, partition, epoch, request_timeout: self.request_timeout }))
-            }
+            StoreResponse::Lock(Some(epoch)) => Ok(Some(SimLease {
+                conn,
+                partition,
+                epoch,
+                request_timeout: self.request_timeout,
+                pool: self.unfenced.then_some(Pool { conn: None }),
+            })),
             StoreResponse::Lock(None) => Ok(None),
             other => Err(unexpected("try_lock", other)),
         }
@@ -107,12 +124,55 @@ impl SimLease {
         req: StoreRequest,
         operation: &'static str,
     ) -> Result<StoreResponse, StoreError> {
+        if self.pool.is_some() {
+            return self.pooled(req, operation).await;
+        }
         match self.conn.call(&req, operation, self.request_timeout).await? {
             StoreResponse::NotHeld => {
                 Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
             }
             other => Ok(other),
         }
+    }
+
+    /// The `unfenced-lease` path: keep the lease session looking alive (errors ignored), and run
+    /// the statement on a pooled connection, reconnecting until it goes through.
+    async fn pooled(
+        &mut self,
+        req: StoreRequest,
+        operation: &'static str,
+    ) -> Result<StoreResponse, StoreError> {
+        let timeout = self.request_timeout;
+        let _ = self.conn.call(&StoreRequest::Ping, "ping", timeout).await;
+        let pool = self.pool.as_mut().expect("called only with a pool");
+        let mut last = None;
+        for _ in 0..POOL_ATTEMPTS {
+            if pool.conn.is_none() {
+                let mut fresh = Conn::connect(("store", STORE_PORT), timeout).await.ok();
+                if let Some(c) = &mut fresh {
+                    if !matches!(
+                        c.call(&StoreRequest::Pooled, "pool", timeout).await,
+                        Ok(StoreResponse::Ok)
+                    ) {
+                        fresh = None;
+                    }
+                }
+                if fresh.is_none() {
+                    tokio::time::sleep(timeout).await;
+                    continue;
+                }
+                pool.conn = fresh;
+            }
+            let conn = pool.conn.as_mut().expect("connected above");
+            match conn.call(&req, operation, timeout).await {
+                Ok(resp) => return Ok(resp),
+                Err(err) => {
+                    pool.conn = None;
+                    last = Some(err);
+                }
+            }
+        }
+        Err(last.unwrap_or(StoreError::Timeout { operation, after: timeout }))
     }
 
     async fn expect_ok(
@@ -195,8 +255,16 @@ impl LeaseSession for SimLease {
     }
 
     async fn release(mut self) -> Result<(), StoreError> {
+        // Unlocking happens on the lock's own session, pooled design or not (PostgreSQL's
+        // pg_advisory_unlock on another session unlocks nothing).
         let req = StoreRequest::Unlock { partition: self.partition, epoch: self.epoch };
-        self.expect_ok(req, "unlock").await
+        match self.conn.call(&req, "unlock", self.request_timeout).await? {
+            StoreResponse::Ok => Ok(()),
+            StoreResponse::NotHeld => {
+                Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
+            }
+            other => Err(unexpected("unlock", other)),
+        }
     }
 }
 
@@ -208,6 +276,9 @@ pub struct SimDeliver {
     conn: Option<Conn>,
     busy: bool,
     connect_timeout: Duration,
+    /// `parallel-in-partition`: report success as soon as the request is sent, and let the
+    /// answer arrive in the background while the next event goes out.
+    parallel: bool,
 }
 
 impl Clone for SimDeliver {
@@ -219,6 +290,7 @@ impl Clone for SimDeliver {
             conn: None,
             busy: false,
             connect_timeout: self.connect_timeout,
+            parallel: self.parallel,
         }
     }
 }
@@ -246,7 +318,11 @@ impl Deliver for SimDeliver {
             self.conn = None;
         }
         let id = self.rec.borrow_mut().start_delivery(&self.worker);
-        let _finish = Finish { id, rec: self.rec.clone() };
+        let finish = Finish { id, rec: self.rec.clone() };
+        if self.parallel {
+            return self.fire_and_forget(partition, head, attempt, finish).await;
+        }
+        let _finish = finish;
         let conn = match &mut self.conn {
             Some(conn) => conn,
             None => self
@@ -286,6 +362,35 @@ impl Deliver for SimDeliver {
     }
 }
 
+impl SimDeliver {
+    /// The `parallel-in-partition` design: a connection per delivery, the answer awaited in a
+    /// background task (which records when the delivery really ended).
+    async fn fire_and_forget(
+        &mut self,
+        partition: PartitionId,
+        head: &Head,
+        attempt: u32,
+        finish: Finish,
+    ) -> Result<(), DeliverError> {
+        let mut conn = Conn::connect(("endpoint", ENDPOINT_PORT), self.connect_timeout).await?;
+        let req = DeliveryRequest {
+            delivery: finish.id,
+            partition,
+            seq: head.seq,
+            event_id: head.event_id.clone(),
+            key: head.key.clone(),
+            attempt,
+        };
+        conn.send(&req).await?;
+        let timeout = self.connect_timeout;
+        tokio::task::spawn_local(async move {
+            let _ = tokio::time::timeout(timeout, conn.recv::<DeliveryResponse>()).await;
+            drop(finish);
+        });
+        Ok(())
+    }
+}
+
 /// Everything a worker host is built from: its configuration and the run's shared planes.
 #[derive(Clone)]
 pub struct WorkerHost {
@@ -297,6 +402,10 @@ pub struct WorkerHost {
     pub rec: SharedRecorder,
     /// Store request timeout.
     pub request_timeout: Duration,
+    /// `unfenced-lease`.
+    pub unfenced: bool,
+    /// `parallel-in-partition`.
+    pub parallel: bool,
 }
 
 impl WorkerHost {
@@ -313,6 +422,7 @@ impl WorkerHost {
                     worker: name.clone(),
                     control: this.control.clone(),
                     request_timeout: this.request_timeout,
+                    unfenced: this.unfenced,
                 };
                 let deliver = SimDeliver {
                     worker: name,
@@ -320,6 +430,7 @@ impl WorkerHost {
                     conn: None,
                     busy: false,
                     connect_timeout: this.request_timeout,
+                    parallel: this.parallel,
                 };
                 worker::run(store, deliver, SimClock, this.config.clone(), std::future::pending())
                     .await;

@@ -1,0 +1,73 @@
+//! The catalogue of broken designs: each a real way teams break per-key ordering, each a
+//! switch in the simulation that the checker must catch with the named violation.
+
+use keyorder::check::Kind;
+use serde::{Deserialize, Serialize};
+
+/// A known-bad design, switched on in a scenario.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Break {
+    /// Each producer process routes with its own randomly seeded hash (Python's `hash()` with
+    /// PYTHONHASHSEED), and a key's events come from several producers.
+    RandomHash,
+    /// A second consumer reads a partition that already has one: the lease grants everyone
+    /// and every worker believes it is alone (the autoscaler mistake).
+    TwoReaders,
+    /// The lease is taken on one connection while heads are read and acknowledged on another
+    /// (a pooled one), so a worker that lost its lease keeps reading heads.
+    UnfencedLease,
+    /// The partition count changes while events are still queued.
+    FlipWithoutDrain,
+    /// A failed head is retried by re-enqueueing it at the tail.
+    RequeueAtTail,
+    /// The worker delivers the next event before the current one has finished.
+    ParallelInPartition,
+    /// Two producers enqueue for one key in concurrent transactions whose commit order differs
+    /// from their seq order.
+    UnserialisedProducers,
+    /// No maximum attempts: a poison event stalls its partition forever.
+    UnboundedRetry,
+}
+
+impl Break {
+    /// Every entry, in catalogue order.
+    pub const ALL: [Break; 8] = [
+        Break::RandomHash,
+        Break::TwoReaders,
+        Break::UnfencedLease,
+        Break::FlipWithoutDrain,
+        Break::RequeueAtTail,
+        Break::ParallelInPartition,
+        Break::UnserialisedProducers,
+        Break::UnboundedRetry,
+    ];
+
+    /// The violation the checker must report when this design runs.
+    pub fn expected(self) -> Kind {
+        match self {
+            Break::RandomHash | Break::FlipWithoutDrain => Kind::SplitKey,
+            Break::TwoReaders | Break::UnfencedLease | Break::ParallelInPartition => {
+                Kind::Concurrent
+            }
+            Break::RequeueAtTail | Break::UnserialisedProducers => Kind::Reorder,
+            Break::UnboundedRetry => Kind::Stall,
+        }
+    }
+
+    /// The name used on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Break::RandomHash => "random-hash",
+            Break::TwoReaders => "two-readers",
+            Break::UnfencedLease => "unfenced-lease",
+            Break::FlipWithoutDrain => "flip-without-drain",
+            Break::RequeueAtTail => "requeue-at-tail",
+            Break::ParallelInPartition => "parallel-in-partition",
+            Break::UnserialisedProducers => "unserialised-producers",
+            Break::UnboundedRetry => "unbounded-retry",
+        }
+    }
+}
