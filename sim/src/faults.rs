@@ -94,16 +94,22 @@ impl FaultRunner {
         self.due.is_empty() && self.switch.is_none()
     }
 
-    /// Applies everything due at `now`, and advances a switch in progress.
+    /// Applies everything due at `now`, and advances a switch in progress. A modulus change
+    /// due while another is in progress waits for it; nothing else waits (a repair scheduled
+    /// behind a waiting change must still happen, or the drain it waits for never ends).
     pub fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, world: &World) {
         self.advance_switch(now, world);
+        let mut deferred = VecDeque::new();
         while self.due.front().is_some_and(|(at, _)| *at <= now) {
-            let Some((_, step)) = self.due.front().cloned() else { break };
+            let Some((at, step)) = self.due.pop_front() else { break };
             if matches!(step, Step::Repartition(_)) && self.switch.is_some() {
-                break; // one procedure at a time
+                deferred.push_back((at, step));
+                continue;
             }
-            self.due.pop_front();
             self.run(sim, now, step, world);
+        }
+        while let Some(item) = deferred.pop_back() {
+            self.due.push_front(item);
         }
     }
 

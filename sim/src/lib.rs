@@ -13,6 +13,7 @@ pub(crate) mod protocol;
 pub mod regression;
 pub mod run;
 pub mod scenario;
+pub mod shrink;
 pub mod sweep;
 pub mod trace;
 

@@ -7,7 +7,9 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use keyorder_sim::{Break, Scenario, Size};
 
+mod catalogue;
 mod replay;
+mod shrink;
 mod sweep;
 
 /// Deterministic simulation of per-key ordered webhook delivery: crashes, lease loss, slow and
@@ -27,6 +29,10 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Print the scenario a seed generates, as JSON (to edit, save and replay with --scenario).
     Scenario(ScenarioArgs),
+    /// Search random scenarios for a violation and shrink it to a small saved case.
+    Shrink(shrink::ShrinkArgs),
+    /// Table of the broken designs: seeds needed to catch each, and shrunk case sizes.
+    Catalogue(catalogue::CatalogueArgs),
 }
 
 #[derive(Debug, Args)]
@@ -99,6 +105,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Sweep(args) => sweep::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Shrink(args) => shrink::run(args),
+        Command::Catalogue(args) => catalogue::run_catalogue(args),
         Command::Scenario(args) => {
             let scenario = Scenario::generate(args.size, args.seed);
             println!("{}", serde_json::to_string_pretty(&scenario)?);
