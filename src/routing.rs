@@ -131,6 +131,20 @@ pub fn route_many<K: AsRef<str>>(keys: &[K], count: PartitionCount, out: &mut Ve
     out.extend(keys.iter().map(|k| reduce(digest_with(&mut hasher, k.as_ref()), count)));
 }
 
+/// The routing digests of `keys` into `out` (cleared first), reusing one hasher: for callers
+/// that reduce one digest by several counts (repartition planning).
+pub fn digest_many<K: AsRef<str>>(keys: &[K], out: &mut Vec<u64>) {
+    out.clear();
+    out.reserve(keys.len());
+    let mut hasher = Blake2b64::new();
+    out.extend(keys.iter().map(|k| digest_with(&mut hasher, k.as_ref())));
+}
+
+/// The partition of a routing digest under `count` (see [`key_digest`]).
+pub fn partition_of_digest(digest: u64, count: PartitionCount) -> PartitionId {
+    reduce(digest, count)
+}
+
 fn digest_with(hasher: &mut Blake2b64, key: &str) -> u64 {
     hasher.update(key.as_bytes());
     u64::from_be_bytes(hasher.finalize_reset().into())

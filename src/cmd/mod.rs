@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod plan;
 mod route;
 
 /// Operate a per-key ordered, partitioned webhook queue.
@@ -17,6 +18,9 @@ pub struct Cli {
 enum Command {
     /// Print the partition of each key (one UTF-8 key per line), as the reference routing does.
     Route(route::RouteArgs),
+    /// Plan a change of partition count: keys and load that move, skew, whales, the
+    /// drain-and-switch checklist.
+    Plan(plan::PlanArgs),
 }
 
 /// Input the user can fix: reported with exit code 2, like a usage error.
@@ -28,6 +32,7 @@ pub struct BadInput(pub String);
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Route(args) => route::run(args),
+        Command::Plan(args) => plan::run(args),
     }
 }
 

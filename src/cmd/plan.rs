@@ -1,0 +1,150 @@
+//! `keyorder plan`: what a change of partition count does to a key sample, and whether the
+//! live queue is safe to switch.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::PathBuf;
+
+use clap::Args;
+use keyorder::plan::{DrainInput, Plan, Planner};
+use keyorder::{Overrides, PartitionCount};
+
+use super::BadInput;
+
+/// Keys routed per batch.
+const BATCH: usize = 8192;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The partition count in force.
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
+    from: PartitionCount,
+    /// The partition count you want.
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
+    to: PartitionCount,
+    /// A key sample: CSV lines `key[,weight]` or JSON lines `{"key": .., "weight": ..}`;
+    /// `-` reads standard input. Weight defaults to 1 (use events/s for load figures).
+    #[arg(long)]
+    keys: Option<PathBuf>,
+    /// Workers, for the over-provisioned alternative (keep the count, assign partitions).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Deliveries per second one partition drains, for the drain prediction.
+    #[arg(long, default_value_t = 1000.0)]
+    drain_rate: f64,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_count(text: &str) -> Result<PartitionCount, String> {
+    text.parse::<PartitionCount>().map_err(|e| e.to_string())
+}
+
+pub fn run(args: PlanArgs) -> anyhow::Result<()> {
+    let mut planner = Planner::new(args.from, args.to, Overrides::new(), Overrides::new())?;
+    if let Some(path) = &args.keys {
+        read_sample(path, &mut planner)?;
+    }
+    let drain = None::<DrainInput>;
+    let plan = planner.finish(args.workers, drain.as_ref());
+    print(&plan, args.json)
+}
+
+fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(plan)?);
+    } else {
+        print!("{}", plan.report());
+    }
+    Ok(())
+}
+
+/// Streams the sample into the planner in batches.
+fn read_sample(path: &std::path::Path, planner: &mut Planner) -> anyhow::Result<()> {
+    let input: Box<dyn BufRead> = if path.as_os_str() == "-" {
+        Box::new(BufReader::new(io::stdin().lock()))
+    } else {
+        let file = File::open(path)
+            .map_err(|e| BadInput(format!("cannot open {}: {e}", path.display())))?;
+        Box::new(BufReader::with_capacity(1 << 20, file))
+    };
+    let mut keys: Vec<String> = Vec::with_capacity(BATCH);
+    let mut weights: Vec<f64> = Vec::with_capacity(BATCH);
+    let mut line = String::new();
+    let mut reader = input;
+    let mut line_no = 0u64;
+    loop {
+        line.clear();
+        let n = reader
+            .read_line(&mut line)
+            .map_err(|e| BadInput(format!("line {}: {e}", line_no + 1)))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let text = line.trim_end_matches(['\n', '\r']);
+        if text.is_empty() || (line_no == 1 && (text == "key" || text == "key,weight")) {
+            continue;
+        }
+        let (key, weight) = parse_line(text)
+            .map_err(|e| BadInput(format!("{}: line {line_no}: {e}", path.display())))?;
+        keys.push(key);
+        weights.push(weight);
+        if keys.len() == BATCH {
+            flush(planner, &mut keys, &mut weights, path, line_no)?;
+        }
+    }
+    flush(planner, &mut keys, &mut weights, path, line_no)
+}
+
+fn flush(
+    planner: &mut Planner,
+    keys: &mut Vec<String>,
+    weights: &mut Vec<f64>,
+    path: &std::path::Path,
+    line_no: u64,
+) -> anyhow::Result<()> {
+    planner
+        .add_batch(keys, weights)
+        .map_err(|e| BadInput(format!("{}: in the lines up to {line_no}: {e}", path.display())))?;
+    keys.clear();
+    weights.clear();
+    Ok(())
+}
+
+/// One sample line: JSON `{"key", "weight"?}` or CSV `key[,weight]` (the last comma splits
+/// off a weight only if what follows is a number, so keys may contain commas).
+fn parse_line(text: &str) -> Result<(String, f64), String> {
+    if text.starts_with('{') {
+        #[derive(serde::Deserialize)]
+        struct Row {
+            key: String,
+            #[serde(default = "one")]
+            weight: f64,
+        }
+        fn one() -> f64 {
+            1.0
+        }
+        let row: Row =
+            serde_json::from_str(text).map_err(|e| format!("not a JSON key row: {e}"))?;
+        return check_key(row.key, row.weight);
+    }
+    match text.rsplit_once(',') {
+        Some((key, w)) => match w.trim().parse::<f64>() {
+            Ok(weight) => check_key(key.to_owned(), weight),
+            Err(_) => check_key(text.to_owned(), 1.0),
+        },
+        None => check_key(text.to_owned(), 1.0),
+    }
+}
+
+fn check_key(key: String, weight: f64) -> Result<(String, f64), String> {
+    if key.is_empty() {
+        return Err("empty key".into());
+    }
+    if !weight.is_finite() || weight < 0.0 {
+        return Err(format!("weight {weight} of key {key:?} is not a finite number >= 0"));
+    }
+    Ok((key, weight))
+}
