@@ -25,6 +25,7 @@ fn valid_history(keys: usize, events: usize, choices: &[u8]) -> History {
             key,
             seq: Seq(i as i64 + 1),
             partition,
+            layout: 0,
             at: Time::from_millis(t),
         });
         queues.entry(partition).or_default().push_back((i, 0));

@@ -22,6 +22,7 @@ pub mod drain;
 mod ids;
 pub mod key;
 pub mod lease;
+pub mod migrate;
 pub mod plan;
 pub mod retry;
 pub mod routing;

@@ -130,6 +130,18 @@ pub struct Plan {
     pub predicted_drain_seconds: Option<f64>,
     /// The drain-and-switch steps.
     pub checklist: Vec<String>,
+    /// The online procedure: no write pause; a moving key waits for its old partition.
+    pub online: Online,
+}
+
+/// The online alternative to drain-and-switch (see [`crate::migrate`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Online {
+    /// Keys whose new rows wait for their old partition (the keys that move).
+    pub held_keys: u64,
+    /// The longest a moving key waits, in seconds: its old partition's drain of what was
+    /// queued at the switch (needs the live depth).
+    pub predicted_hold_back_seconds: Option<f64>,
 }
 
 /// Accumulates a key sample; [`Planner::finish`] makes the [`Plan`].
@@ -262,6 +274,12 @@ impl Planner {
             }
         });
         let assignment = workers.map(|w| assign(&self.weight_before, w));
+        let hold_back = drain.and_then(|d| {
+            let deepest = d.depth.iter().copied().max().unwrap_or(0);
+            crate::migrate::predicted_hold_back(deepest, d.rate_per_partition)
+                .map(|t| t.as_secs_f64())
+        });
+        let online = Online { held_keys: self.moved_keys, predicted_hold_back_seconds: hold_back };
         Plan {
             from,
             to,
@@ -283,8 +301,43 @@ impl Planner {
             assignment,
             predicted_drain_seconds,
             checklist: checklist(from, to, predicted_drain_seconds),
+            online,
         }
     }
+}
+
+/// One key-sample line: JSON `{"key": .., "weight": ..}` or CSV `key[,weight]`. The last comma
+/// splits off a weight only if what follows is a number, so keys may contain commas. The
+/// weight defaults to 1 and must be finite and not negative; the key must not be empty.
+pub fn parse_sample_line(text: &str) -> Result<(String, f64), String> {
+    if text.starts_with('{') {
+        #[derive(serde::Deserialize)]
+        struct Row {
+            key: String,
+            #[serde(default = "one")]
+            weight: f64,
+        }
+        fn one() -> f64 {
+            1.0
+        }
+        let row: Row =
+            serde_json::from_str(text).map_err(|e| format!("not a JSON key row: {e}"))?;
+        return checked(row.key, row.weight);
+    }
+    match text.rsplit_once(',').map(|(k, w)| (k, w.trim().parse::<f64>())) {
+        Some((key, Ok(weight))) => checked(key.to_owned(), weight),
+        _ => checked(text.to_owned(), 1.0),
+    }
+}
+
+fn checked(key: String, weight: f64) -> Result<(String, f64), String> {
+    if key.is_empty() {
+        return Err("empty key".into());
+    }
+    if !weight.is_finite() || weight < 0.0 {
+        return Err(format!("weight {weight} of key {key:?} is not a finite number >= 0"));
+    }
+    Ok((key, weight))
 }
 
 /// Max/mean of `loads`; 0 for an empty or weightless layout.
@@ -421,6 +474,16 @@ impl Plan {
         for (i, step) in self.checklist.iter().enumerate() {
             let _ = writeln!(out, "  {}. {step}", i + 1);
         }
+        let hold = self.online.predicted_hold_back_seconds.map_or_else(
+            || "give --database for a prediction".to_owned(),
+            |s| format!("at most about {s:.0} s"),
+        );
+        let _ = writeln!(
+            out,
+            "online (no write pause): producers and workers switch at once; the {} moving keys are each held until their old partition has delivered what was queued at the switch ({hold}); workers lease {} partitions meanwhile",
+            self.online.held_keys,
+            self.from.max(self.to)
+        );
         out
     }
 }
@@ -498,6 +561,17 @@ mod tests {
         let mut pins = Overrides::new();
         pins.pin("k", PartitionId(6));
         assert!(Planner::new(count(4), count(8), pins, Overrides::new()).is_err());
+    }
+
+    #[test]
+    fn sample_lines_parse_as_csv_or_json() {
+        assert_eq!(parse_sample_line("sub_1,2.5"), Ok(("sub_1".into(), 2.5)));
+        assert_eq!(parse_sample_line("sub_1"), Ok(("sub_1".into(), 1.0)));
+        assert_eq!(parse_sample_line("a,b"), Ok(("a,b".into(), 1.0)));
+        assert_eq!(parse_sample_line(r#"{"key":"k","weight":3}"#), Ok(("k".into(), 3.0)));
+        assert!(parse_sample_line("k,-1").is_err());
+        assert!(parse_sample_line(",5").is_err());
+        assert!(parse_sample_line("{nope").is_err());
     }
 
     #[test]

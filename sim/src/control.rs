@@ -10,8 +10,13 @@ use keyorder::PartitionCount;
 /// Shared configuration of one run.
 #[derive(Debug)]
 pub struct Control {
-    /// The partition count producers route with and workers lease under.
+    /// The partition count producers route with.
     pub count: PartitionCount,
+    /// The layout epoch of `count`: bumped by every change of count.
+    pub layout: u64,
+    /// The count workers lease under: `count`, or both layouts' while an online change
+    /// still has old rows queued.
+    pub worker_count: PartitionCount,
     /// Producers must not start a new insert while this is set.
     pub paused: bool,
     /// Producers inside a transaction (past the pause check, before its end). Drain-and-switch
@@ -25,10 +30,20 @@ pub struct Control {
 pub type SharedControl = Rc<RefCell<Control>>;
 
 impl Control {
+    /// Switches producers to `count` under a new layout epoch; workers follow at once unless
+    /// `worker_count` says otherwise.
+    pub fn switch(&mut self, count: PartitionCount, worker_count: PartitionCount) {
+        self.count = count;
+        self.layout += 1;
+        self.worker_count = worker_count;
+    }
+
     /// A control plane with `count` in force and producers running.
     pub fn new(count: PartitionCount) -> SharedControl {
         Rc::new(RefCell::new(Control {
             count,
+            layout: 0,
+            worker_count: count,
             paused: false,
             busy: BTreeSet::new(),
             finished: BTreeSet::new(),

@@ -34,10 +34,44 @@ pub struct SwitchReport {
     pub to: u16,
     /// How long producers were paused, in ms.
     pub write_pause_ms: u64,
-    /// How long the queue took to drain after producers were quiet, in ms.
+    /// How long the queue took to drain after producers were quiet, in ms (for the online
+    /// procedure: how long until the last old-layout row was gone).
     pub drain_ms: u64,
     /// Whether the flip happened.
     pub switched: bool,
+    /// The procedure.
+    pub procedure: Procedure,
+}
+
+/// The repartition procedure a scenario uses.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Procedure {
+    /// Freeze, pause producers, drain to zero, flip, verify, resume.
+    #[default]
+    DrainAndSwitch,
+    /// Switch producers at once; a per-key barrier holds new rows of a key until its old rows
+    /// are gone; workers lease both layouts meanwhile. No write pause.
+    Online,
+    /// Flip at once with events queued (the `flip-without-drain` broken design).
+    FlipWithoutDrain,
+}
+
+#[derive(Debug)]
+struct Migration {
+    from: u16,
+    to: u16,
+    started: Duration,
 }
 
 #[derive(Debug)]
@@ -52,6 +86,7 @@ struct Switch {
 pub struct FaultRunner {
     due: VecDeque<(Duration, Step)>,
     switch: Option<Switch>,
+    migration: Option<Migration>,
     /// Completed switches.
     pub switches: Vec<SwitchReport>,
 }
@@ -86,12 +121,12 @@ impl FaultRunner {
         }
         // Stable: steps at the same time keep the scenario's order.
         due.sort_by_key(|(at, _)| *at);
-        Self { due: due.into(), switch: None, switches: Vec::new() }
+        Self { due: due.into(), switch: None, migration: None, switches: Vec::new() }
     }
 
     /// Whether every fault has run and been healed.
     pub fn is_idle(&self) -> bool {
-        self.due.is_empty() && self.switch.is_none()
+        self.due.is_empty() && self.switch.is_none() && self.migration.is_none()
     }
 
     /// Applies everything due at `now`, and advances a switch in progress. A modulus change
@@ -99,10 +134,13 @@ impl FaultRunner {
     /// behind a waiting change must still happen, or the drain it waits for never ends).
     pub fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, world: &World) {
         self.advance_switch(now, world);
+        self.advance_migration(now, world);
         let mut deferred = VecDeque::new();
         while self.due.front().is_some_and(|(at, _)| *at <= now) {
             let Some((at, step)) = self.due.pop_front() else { break };
-            if matches!(step, Step::Repartition(_)) && self.switch.is_some() {
+            if matches!(step, Step::Repartition(_))
+                && (self.switch.is_some() || self.migration.is_some())
+            {
                 deferred.push_back((at, step));
                 continue;
             }
@@ -149,7 +187,7 @@ impl FaultRunner {
                 );
                 rec.fault("repartition");
                 if let Ok(count) = PartitionCount::new(i64::from(to)) {
-                    world.control.borrow_mut().count = count;
+                    world.control.borrow_mut().switch(count, count);
                 }
                 self.switches.push(SwitchReport {
                     from,
@@ -157,7 +195,16 @@ impl FaultRunner {
                     write_pause_ms: 0,
                     drain_ms: 0,
                     switched: true,
+                    procedure: Procedure::FlipWithoutDrain,
                 });
+            }
+            Step::Repartition(to) if world.procedure == Procedure::Online => {
+                let from = world.control.borrow().count;
+                let Ok(target) = PartitionCount::new(i64::from(to)) else { return };
+                rec.log(t, "driver", format_args!("online switch {from} -> {to}: producers route with {to} now; workers lease {} until old rows are gone", from.max(target)));
+                rec.fault("repartition");
+                world.control.borrow_mut().switch(target, from.max(target));
+                self.migration = Some(Migration { from: from.get(), to, started: now });
             }
             Step::Repartition(to) => {
                 let from = world.control.borrow().count.get();
@@ -173,6 +220,37 @@ impl FaultRunner {
                 self.switch = Some(Switch { to, paused_at: now, quiet_at: None });
             }
         }
+    }
+
+    /// Ends an online change once no row of an older layout is queued or open: workers then
+    /// lease under the new count alone.
+    fn advance_migration(&mut self, now: Duration, world: &World) {
+        let Some(m) = &self.migration else { return };
+        let layout = world.control.borrow().layout;
+        let store = world.store.borrow();
+        if store.durable.has_rows_older_than(layout) || store.has_uncommitted_older_than(layout) {
+            return;
+        }
+        let count = world.control.borrow().count;
+        world.control.borrow_mut().worker_count = count;
+        let drain_ms = now.saturating_sub(m.started).as_millis() as u64;
+        world.rec.borrow_mut().log(
+            keyorder::Time(now),
+            "driver",
+            format_args!(
+                "online switch {} -> {} complete: old rows gone after {drain_ms} ms",
+                m.from, m.to
+            ),
+        );
+        self.switches.push(SwitchReport {
+            from: m.from,
+            to: m.to,
+            write_pause_ms: 0,
+            drain_ms,
+            switched: true,
+            procedure: Procedure::Online,
+        });
+        self.migration = None;
     }
 
     fn advance_switch(&mut self, now: Duration, world: &World) {
@@ -197,13 +275,14 @@ impl FaultRunner {
             write_pause_ms: now.saturating_sub(switch.paused_at).as_millis() as u64,
             drain_ms: now.saturating_sub(quiet_at).as_millis() as u64,
             switched: false,
+            procedure: Procedure::DrainAndSwitch,
         };
         let mut rec = world.rec.borrow_mut();
         let split = store.split_keys();
         if drained && split.is_empty() {
             // Valid by the scenario's validation; a bad target keeps the old count.
             if let Ok(count) = PartitionCount::new(i64::from(switch.to)) {
-                world.control.borrow_mut().count = count;
+                world.control.borrow_mut().switch(count, count);
                 report.to = switch.to;
                 report.switched = true;
             }
@@ -241,6 +320,8 @@ pub struct World {
     pub rec: SharedRecorder,
     /// `flip-without-drain`: a modulus change flips at once, with events still queued.
     pub flip_without_drain: bool,
+    /// How a modulus change is carried out.
+    pub procedure: Procedure,
 }
 
 /// A worker host's name.

@@ -9,6 +9,7 @@ pub mod breaks;
 pub mod control;
 pub mod faults;
 pub mod hosts;
+pub mod plan;
 pub(crate) mod protocol;
 pub mod regression;
 pub mod run;

@@ -44,7 +44,7 @@ pub enum StoreRequest {
     /// Move a row to the dead-letter table, fenced.
     DeadLetter { partition: PartitionId, epoch: Epoch, seq: Seq, attempts: u32, reason: String },
     /// A producer's insert, uncommitted until `Commit`.
-    Insert { event_id: String, key: String, partition: PartitionId },
+    Insert { event_id: String, key: String, partition: PartitionId, layout: u64 },
     /// Commit the producer's open insert.
     Commit,
     /// Mark this session a pooled connection (the `unfenced-lease` design only).

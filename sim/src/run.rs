@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::breaks::Break;
 use crate::control::Control;
-use crate::faults::{worker_name, FaultRunner, SwitchReport, World};
+use crate::faults::{worker_name, FaultRunner, Procedure, SwitchReport, World};
 use crate::hosts::endpoint::{self, Endpoints};
 use crate::hosts::producer::{Planned, ProducerHost, Routing};
 use crate::hosts::store::{self, StoreBreaks, StoreState};
@@ -80,12 +80,15 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
         control: Control::new(count),
         store: Rc::new(RefCell::new(StoreState::default())),
         rec: Rc::new(RefCell::new(Recorder::default())),
-        flip_without_drain: scenario.has(Break::FlipWithoutDrain),
+        flip_without_drain: scenario.has(Break::FlipWithoutDrain)
+            || scenario.procedure == Procedure::FlipWithoutDrain,
+        procedure: scenario.procedure,
     };
     world.store.borrow_mut().durable.breaks = StoreBreaks {
         shared_locks: scenario.has(Break::TwoReaders),
         requeue_at_tail: scenario.has(Break::RequeueAtTail),
     };
+    world.store.borrow_mut().durable.barrier = scenario.procedure == Procedure::Online;
     let mut sim = turmoil::Builder::new()
         .rng_seed(rng.random())
         .tick_duration(TICK)

@@ -11,6 +11,11 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::breaks::Break;
+use crate::faults::Procedure;
+
+fn is_default(p: &Procedure) -> bool {
+    *p == Procedure::default()
+}
 
 /// Errors of scenario validation, each naming the field and the rule.
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +173,9 @@ pub struct Scenario {
     pub tail_ms: u64,
     /// Hard limit of simulated time, in ms.
     pub duration_ms: u64,
+    /// How modulus changes are carried out.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub procedure: Procedure,
     /// Known-bad designs switched on (empty: the correct design).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breaks: Vec<Break>,
@@ -269,6 +277,7 @@ impl Scenario {
             faults: Vec::new(),
             tail_ms: 1_500,
             duration_ms: 120_000,
+            procedure: Procedure::DrainAndSwitch,
             breaks: Vec::new(),
         };
         scenario.faults = faults(&mut rng, &scenario);

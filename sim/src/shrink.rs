@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use crate::breaks::Break;
+use crate::faults::Procedure;
 use crate::run::run;
 use crate::scenario::{EndpointSpec, Fault, FaultKind, KeySpec, Scenario};
 
@@ -64,10 +65,13 @@ fn fault() -> impl Strategy<Value = Fault> {
 const DETECTION_MS: u64 = 3_000;
 
 /// Scenarios of 1–8 partitions, 1–3 workers, 1–2 producers, 1–8 keys of 1–10 events and up to
-/// four faults, with the lease model and retry policy of the generated sizes.
+/// four faults (modulus changes by drain-and-switch or online), with the lease model and retry
+/// policy of the generated sizes.
 pub fn scenarios() -> impl Strategy<Value = Case> {
-    (1u16..=8, 1usize..=3, 1usize..=2, keys(), vec(fault(), 0..=4), 200u64..3_000, any::<u64>())
-        .prop_map(|(partitions, workers, producers, keys, mut faults, load_ms, seed)| {
+    let procedure = prop_oneof![Just(Procedure::DrainAndSwitch), Just(Procedure::Online)];
+    let shape = (1u16..=8, 1usize..=3, 1usize..=2, keys(), vec(fault(), 0..=4), 200u64..3_000);
+    (shape, procedure, any::<u64>()).prop_map(
+        |((partitions, workers, producers, keys, mut faults, load_ms), procedure, seed)| {
             for f in &mut faults {
                 if let FaultKind::CrashWorker { worker, .. } | FaultKind::LeaseLoss { worker, .. } =
                     &mut f.kind
@@ -96,10 +100,12 @@ pub fn scenarios() -> impl Strategy<Value = Case> {
                 faults,
                 tail_ms: 1_000,
                 duration_ms: load_ms + 25_000,
+                procedure,
                 breaks: Vec::new(),
             };
             (scenario, seed)
-        })
+        },
+    )
 }
 
 /// The size of a case, for reports: (keys, events, faults).

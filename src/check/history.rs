@@ -35,6 +35,9 @@ pub struct Enqueued {
     pub seq: Seq,
     /// The partition the producer routed it to.
     pub partition: PartitionId,
+    /// The layout (partition-count epoch) it was routed under.
+    #[serde(default)]
+    pub layout: u64,
     /// When it became visible (its commit).
     pub at: Time,
 }

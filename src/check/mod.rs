@@ -28,7 +28,9 @@ pub enum Kind {
     /// For one key, an event's first accepted delivery came after the first accepted delivery
     /// of a later event.
     Reorder,
-    /// One key had undelivered events on two partitions at once.
+    /// One key was live on two partitions at once: queued on two partitions under one layout,
+    /// or delivered under a newer layout while an older-layout event of it was still queued
+    /// on another partition.
     SplitKey,
     /// An event was neither delivered nor dead-lettered by the end.
     Lost,

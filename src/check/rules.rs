@@ -261,9 +261,12 @@ pub(super) fn concurrent(index: &Index<'_>) -> Found {
     found
 }
 
-/// Keys with queued events on two partitions at the same time. Each key counts once.
+/// Keys live on two partitions at once. Each key counts once. Within one layout, being queued
+/// on two partitions at the same time is a split. Across layouts (a modulus change), a key may
+/// be queued on its old and new partitions while a barrier holds the new rows back; it is a
+/// split only if a newer-layout event is delivered while an older-layout event of the key is
+/// still queued on another partition.
 pub(super) fn split_keys(index: &Index<'_>) -> Found {
-    let never = Time(std::time::Duration::MAX);
     let mut by_key: BTreeMap<&str, Vec<&Enqueued>> = BTreeMap::new();
     for e in index.events.values() {
         by_key.entry(&e.key).or_default().push(e);
@@ -273,42 +276,81 @@ pub(super) fn split_keys(index: &Index<'_>) -> Found {
         if events.iter().all(|e| e.partition == events[0].partition) {
             continue;
         }
-        // Sweep: at equal times a row leaving (false) sorts before a row arriving (true).
-        let mut points: Vec<(Time, bool, &Enqueued)> = Vec::new();
-        for e in &events {
-            points.push((e.at, true, e));
-            points.push((index.resolved_at.get(&e.seq).copied().unwrap_or(never), false, e));
-        }
-        points.sort_by_key(|(t, arriving, e)| (*t, *arriving, e.seq));
-        let mut active: BTreeMap<PartitionId, Vec<&Enqueued>> = BTreeMap::new();
-        for (t, arriving, e) in points {
-            if !arriving {
-                if let Some(list) = active.get_mut(&e.partition) {
-                    list.retain(|x| x.seq != e.seq);
-                }
-                continue;
-            }
-            let other = active.iter().find(|(p, list)| **p != e.partition && !list.is_empty());
-            if let Some((p, list)) = other {
-                let o = list[0];
-                hits.push((
-                    t,
-                    example(
-                        key,
-                        vec![*p, e.partition],
-                        &[(&o.event_id, o.seq, o.at), (&e.event_id, e.seq, e.at)],
-                        format!(
-                            "key queued on partition {} (seq {}) when seq {} was enqueued on partition {}",
-                            p, o.seq, e.seq, e.partition
-                        ),
-                    ),
-                ));
-                break;
-            }
-            active.entry(e.partition).or_default().push(e);
-        }
+        let hit = same_layout_split(index, key, &events)
+            .or_else(|| cross_layout_split(index, key, &events));
+        hits.extend(hit);
     }
     hits.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
     let count = hits.len() as u64;
     (count, hits.into_iter().next().map(|(_, c)| c))
+}
+
+fn resolved(index: &Index<'_>, e: &Enqueued) -> Time {
+    index.resolved_at.get(&e.seq).copied().unwrap_or(Time(std::time::Duration::MAX))
+}
+
+/// The first moment one layout has the key queued on two partitions.
+fn same_layout_split(
+    index: &Index<'_>,
+    key: &str,
+    events: &[&Enqueued],
+) -> Option<(Time, Counterexample)> {
+    // Sweep: at equal times a row leaving (false) sorts before a row arriving (true).
+    let mut points: Vec<(Time, bool, &Enqueued)> = Vec::new();
+    for e in events {
+        points.push((e.at, true, e));
+        points.push((resolved(index, e), false, e));
+    }
+    points.sort_by_key(|(t, arriving, e)| (*t, *arriving, e.seq));
+    let mut active: BTreeMap<(u64, PartitionId), Vec<&Enqueued>> = BTreeMap::new();
+    for (t, arriving, e) in points {
+        let slot = (e.layout, e.partition);
+        if !arriving {
+            if let Some(list) = active.get_mut(&slot) {
+                list.retain(|x| x.seq != e.seq);
+            }
+            continue;
+        }
+        let other = active
+            .iter()
+            .find(|((l, p), list)| *l == e.layout && *p != e.partition && !list.is_empty());
+        if let Some(((_, p), list)) = other {
+            let o = list[0];
+            let note = format!(
+                "key queued on partition {} (seq {}) when seq {} was enqueued on partition {}",
+                p, o.seq, e.seq, e.partition
+            );
+            let items = [(o.event_id.as_str(), o.seq, o.at), (e.event_id.as_str(), e.seq, e.at)];
+            return Some((t, example(key, vec![*p, e.partition], &items, note)));
+        }
+        active.entry(slot).or_default().push(e);
+    }
+    None
+}
+
+/// The first delivery of a newer-layout event while an older-layout one is queued elsewhere.
+fn cross_layout_split(
+    index: &Index<'_>,
+    key: &str,
+    events: &[&Enqueued],
+) -> Option<(Time, Counterexample)> {
+    if events.iter().all(|e| e.layout == events[0].layout) {
+        return None;
+    }
+    for d in index.arrivals().filter(|d| d.key == key) {
+        let Some(e) = index.events.get(&d.seq) else { continue };
+        let t = d.arrived_at;
+        let older = events.iter().find(|o| {
+            o.layout < e.layout && o.partition != d.partition && o.at <= t && resolved(index, o) > t
+        });
+        if let Some(o) = older {
+            let note = format!(
+                "seq {} (layout {}) was delivered from partition {} while seq {} (layout {}) was still queued on partition {}",
+                e.seq, e.layout, d.partition, o.seq, o.layout, o.partition
+            );
+            let items = [(o.event_id.as_str(), o.seq, o.at), (e.event_id.as_str(), e.seq, t)];
+            return Some((t, example(key, vec![o.partition, d.partition], &items, note)));
+        }
+    }
+    None
 }

@@ -8,6 +8,7 @@ use crate::ids::{PartitionId, Seq, Time};
 struct Builder {
     h: History,
     now: u64,
+    layout: u64,
 }
 
 impl Builder {
@@ -23,6 +24,7 @@ impl Builder {
             key: key.into(),
             seq: Seq(seq),
             partition: PartitionId(partition),
+            layout: self.layout,
             at,
         });
         self
@@ -203,4 +205,23 @@ fn a_head_stuck_past_the_bound_is_a_stall_not_a_loss() {
     // Within the bound it is neither a stall nor a loss: the events are still in the queue.
     b.h.end = Time::from_millis(5_000);
     assert_eq!(only(&b.verdict()), vec![]);
+}
+
+#[test]
+fn across_layouts_only_a_delivery_past_queued_older_rows_is_a_split() {
+    // A key moves from partition 0 (layout 0) to partition 5 (layout 1) while its old row is
+    // still queued. Held back until the old row is delivered: no split.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0);
+    b.layout = 1;
+    b.enqueue(2, "a", 5);
+    b.deliver(1).ack(1).deliver(2).ack(2);
+    assert_eq!(only(&b.verdict()), vec![]);
+    // Delivered while the old row is still queued: a split (and here a reorder too).
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0);
+    b.layout = 1;
+    b.enqueue(2, "a", 5);
+    b.deliver(2).ack(2).deliver(1).ack(1);
+    assert_eq!(only(&b.verdict()), vec![(Kind::Reorder, 1), (Kind::SplitKey, 1)]);
 }

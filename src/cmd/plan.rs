@@ -6,7 +6,7 @@ use std::io::{self, BufRead, BufReader};
 use std::path::PathBuf;
 
 use clap::Args;
-use keyorder::plan::{DrainInput, Plan, Planner};
+use keyorder::plan::{parse_sample_line, DrainInput, Plan, Planner};
 use keyorder::{Overrides, PartitionCount};
 
 use super::BadInput;
@@ -87,7 +87,7 @@ fn read_sample(path: &std::path::Path, planner: &mut Planner) -> anyhow::Result<
         if text.is_empty() || (line_no == 1 && (text == "key" || text == "key,weight")) {
             continue;
         }
-        let (key, weight) = parse_line(text)
+        let (key, weight) = parse_sample_line(text)
             .map_err(|e| BadInput(format!("{}: line {line_no}: {e}", path.display())))?;
         keys.push(key);
         weights.push(weight);
@@ -111,40 +111,4 @@ fn flush(
     keys.clear();
     weights.clear();
     Ok(())
-}
-
-/// One sample line: JSON `{"key", "weight"?}` or CSV `key[,weight]` (the last comma splits
-/// off a weight only if what follows is a number, so keys may contain commas).
-fn parse_line(text: &str) -> Result<(String, f64), String> {
-    if text.starts_with('{') {
-        #[derive(serde::Deserialize)]
-        struct Row {
-            key: String,
-            #[serde(default = "one")]
-            weight: f64,
-        }
-        fn one() -> f64 {
-            1.0
-        }
-        let row: Row =
-            serde_json::from_str(text).map_err(|e| format!("not a JSON key row: {e}"))?;
-        return check_key(row.key, row.weight);
-    }
-    match text.rsplit_once(',') {
-        Some((key, w)) => match w.trim().parse::<f64>() {
-            Ok(weight) => check_key(key.to_owned(), weight),
-            Err(_) => check_key(text.to_owned(), 1.0),
-        },
-        None => check_key(text.to_owned(), 1.0),
-    }
-}
-
-fn check_key(key: String, weight: f64) -> Result<(String, f64), String> {
-    if key.is_empty() {
-        return Err("empty key".into());
-    }
-    if !weight.is_finite() || weight < 0.0 {
-        return Err(format!("weight {weight} of key {key:?} is not a finite number >= 0"));
-    }
-    Ok((key, weight))
 }

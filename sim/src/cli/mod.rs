@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use keyorder_sim::{Break, Scenario, Size};
 
 mod catalogue;
+mod plan;
 mod replay;
 mod shrink;
 mod sweep;
@@ -33,6 +34,9 @@ enum Command {
     Shrink(shrink::ShrinkArgs),
     /// Table of the broken designs: seeds needed to catch each, and shrunk case sizes.
     Catalogue(catalogue::CatalogueArgs),
+    /// Run a change of partition count with your key distribution: drain-and-switch, online,
+    /// and the unsafe flip, on the same seeds.
+    Plan(plan::PlanArgs),
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +104,16 @@ fn value_name(v: &impl clap::ValueEnum) -> String {
     v.to_possible_value().map_or_else(String::new, |p| p.get_name().to_owned())
 }
 
+/// Writes `text` to standard output; a reader that went away (`| head`) is not an error.
+pub(crate) fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
 /// Runs the parsed command; the exit code says whether any run violated the contract.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
@@ -107,9 +121,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Replay(args) => replay::run(args),
         Command::Shrink(args) => shrink::run(args),
         Command::Catalogue(args) => catalogue::run_catalogue(args),
+        Command::Plan(args) => plan::run(args),
         Command::Scenario(args) => {
             let scenario = Scenario::generate(args.size, args.seed);
-            println!("{}", serde_json::to_string_pretty(&scenario)?);
+            emit(&(serde_json::to_string_pretty(&scenario)? + "\n"))?;
             Ok(ExitCode::SUCCESS)
         }
     }

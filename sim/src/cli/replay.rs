@@ -37,7 +37,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         if let Some(trace) = &outcome.trace {
-            print!("{trace}");
+            super::emit(trace)?;
         }
         println!("seed {}  trace hash {}", outcome.seed, outcome.trace_hash);
         println!("simulated {} ms, quiesced: {}", outcome.simulated_ms, outcome.quiesced);

@@ -146,11 +146,16 @@ impl ProducerHost {
                 Err(_) => return Enqueued::Retry,
             },
         };
-        let partition = self.routing.route(&event.key, self.control.borrow().count);
+        let (count, layout) = {
+            let control = self.control.borrow();
+            (control.count, control.layout)
+        };
+        let partition = self.routing.route(&event.key, count);
         let insert = StoreRequest::Insert {
             event_id: event.event_id.clone(),
             key: event.key.clone(),
             partition,
+            layout,
         };
         match conn.call(&insert, "insert", self.request_timeout).await {
             Ok(StoreResponse::Inserted(_)) => {}

@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::check::{Acked, DeadLettered, Enqueued, LeaseChange, LeaseEvent};
+use keyorder::migrate::{barrier, Barrier, DEFAULT_HOLD_POLL};
 use keyorder::{Epoch, PartitionId, Seq, Time};
 use turmoil::net::TcpListener;
 
@@ -26,6 +27,8 @@ pub struct Row {
     /// The seq the event was first enqueued with (differs from the row's only after a
     /// requeue at the tail).
     pub origin: Seq,
+    /// The layout epoch the producer routed it under.
+    pub layout: u64,
     /// The event's id.
     pub event_id: String,
     /// Its key.
@@ -55,6 +58,40 @@ pub struct Durable {
     pub boots: u64,
     /// Known-bad lease and retry behaviour switched on.
     pub breaks: StoreBreaks,
+    /// Queued rows per (key, layout): the online repartition's per-key barrier.
+    pub layouts: BTreeMap<(String, u64), u64>,
+    /// Whether heads are held by the per-key barrier (the online procedure's read).
+    pub barrier: bool,
+}
+
+impl Durable {
+    fn queue(&mut self, partition: PartitionId, seq: Seq, row: Row) {
+        *self.layouts.entry((row.key.clone(), row.layout)).or_default() += 1;
+        self.rows.insert((partition, seq), row);
+    }
+
+    fn dequeue(&mut self, partition: PartitionId, seq: Seq) -> Option<Row> {
+        let row = self.rows.remove(&(partition, seq))?;
+        let slot = (row.key.clone(), row.layout);
+        if let Some(n) = self.layouts.get_mut(&slot) {
+            *n -= 1;
+            if *n == 0 {
+                self.layouts.remove(&slot);
+            }
+        }
+        Some(row)
+    }
+
+    /// The oldest layout with a queued row of `key`.
+    fn oldest_layout(&self, key: &str) -> Option<u64> {
+        let lo = (key.to_owned(), 0);
+        self.layouts.range(lo..).next().filter(|((k, _), _)| k == key).map(|((_, l), _)| *l)
+    }
+
+    /// Whether any row of a layout older than `layout` is still queued.
+    pub fn has_rows_older_than(&self, layout: u64) -> bool {
+        self.layouts.keys().any(|(_, l)| *l < layout)
+    }
 }
 
 /// The store-side switches of the broken-design catalogue.
@@ -106,6 +143,11 @@ impl StoreState {
     /// Inserts not yet committed.
     pub fn uncommitted(&self) -> usize {
         self.volatile.uncommitted.len()
+    }
+
+    /// Whether an open insert was routed under a layout older than `layout`.
+    pub fn has_uncommitted_older_than(&self, layout: u64) -> bool {
+        self.volatile.uncommitted.values().any(|(_, _, row)| row.layout < layout)
     }
 
     /// The enqueue seqs of the rows still queued.
@@ -222,7 +264,7 @@ impl StoreState {
                 if !self.fenced(session, partition, epoch) {
                     return StoreResponse::NotHeld;
                 }
-                if let Some(row) = self.durable.rows.remove(&(partition, seq)) {
+                if let Some(row) = self.durable.dequeue(partition, seq) {
                     let mut rec = rec.borrow_mut();
                     rec.history.acks.push(Acked { seq: row.origin, at });
                     rec.log(at, "store", format_args!("ack p{partition} seq={seq}"));
@@ -241,7 +283,7 @@ impl StoreState {
                 row.not_before = Some(at.saturating_add(Duration::from_micros(retry_in_us)));
                 row.last_error = Some(error);
                 if requeue {
-                    let row = self.durable.rows.remove(&(partition, seq)).expect("found above");
+                    let row = self.durable.dequeue(partition, seq).expect("found above");
                     self.durable.next_seq += 1;
                     let tail = Seq(self.durable.next_seq);
                     rec.borrow_mut().log(
@@ -249,7 +291,7 @@ impl StoreState {
                         "store",
                         format_args!("requeue p{partition} seq={seq} at the tail as seq={tail}"),
                     );
-                    self.durable.rows.insert((partition, tail), row);
+                    self.durable.queue(partition, tail, row);
                 }
                 StoreResponse::Ok
             }
@@ -257,7 +299,7 @@ impl StoreState {
                 if !self.fenced(session, partition, epoch) {
                     return StoreResponse::NotHeld;
                 }
-                if let Some(row) = self.durable.rows.remove(&(partition, seq)) {
+                if let Some(row) = self.durable.dequeue(partition, seq) {
                     let mut rec = rec.borrow_mut();
                     rec.log(
                         at,
@@ -276,8 +318,8 @@ impl StoreState {
                 }
                 StoreResponse::Ok
             }
-            R::Insert { event_id, key, partition } => {
-                self.insert(session, event_id, key, partition)
+            R::Insert { event_id, key, partition, layout } => {
+                self.insert(session, event_id, key, partition, layout)
             }
             R::Commit => self.commit(session, at, rec),
         }
@@ -308,18 +350,25 @@ impl StoreState {
         StoreResponse::Lock(Some(epoch))
     }
 
+    /// The partition's head. A head held by the online repartition's barrier comes back with
+    /// a short wait, like a recorded backoff: the worker looks again without an attempt.
     fn head(&self, partition: PartitionId, at: Time) -> Option<WireHead> {
         let range = (partition, Seq(i64::MIN))..=(partition, Seq(i64::MAX));
         let ((_, seq), row) = self.durable.rows.range(range).next()?;
+        let oldest = self.durable.oldest_layout(&row.key).unwrap_or(row.layout);
+        let backoff = row.not_before.filter(|t| *t > at).map(|t| t.saturating_since(at));
+        let wait = match barrier(row.layout, oldest) {
+            Barrier::Held if self.durable.barrier => {
+                Some(backoff.unwrap_or_default().max(DEFAULT_HOLD_POLL))
+            }
+            Barrier::Held | Barrier::Open => backoff,
+        };
         Some(WireHead {
             seq: *seq,
             event_id: row.event_id.clone(),
             key: row.key.clone(),
             attempts: row.attempts,
-            wait_us: row
-                .not_before
-                .filter(|t| *t > at)
-                .map(|t| t.saturating_since(at).as_micros() as u64),
+            wait_us: wait.map(|w| w.as_micros() as u64),
             last_error: row.last_error.clone(),
         })
     }
@@ -330,6 +379,7 @@ impl StoreState {
         event_id: String,
         key: String,
         partition: PartitionId,
+        layout: u64,
     ) -> StoreResponse {
         if self.durable.committed_ids.contains(&event_id) {
             return StoreResponse::Duplicate;
@@ -339,8 +389,15 @@ impl StoreState {
         }
         self.durable.next_seq += 1;
         let seq = Seq(self.durable.next_seq);
-        let row =
-            Row { origin: seq, event_id, key, attempts: 0, not_before: None, last_error: None };
+        let row = Row {
+            origin: seq,
+            layout,
+            event_id,
+            key,
+            attempts: 0,
+            not_before: None,
+            last_error: None,
+        };
         self.volatile.uncommitted.insert(session, (seq, partition, row));
         StoreResponse::Inserted(seq)
     }
@@ -363,9 +420,10 @@ impl StoreState {
             key: row.key.clone(),
             seq,
             partition,
+            layout: row.layout,
             at,
         });
-        self.durable.rows.insert((partition, seq), row);
+        self.durable.queue(partition, seq, row);
         StoreResponse::Ok
     }
 }

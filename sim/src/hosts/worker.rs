@@ -114,7 +114,7 @@ impl ControlSession for SimControl {
     }
 
     async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
-        Ok(self.control.borrow().count)
+        Ok(self.control.borrow().worker_count)
     }
 }
 

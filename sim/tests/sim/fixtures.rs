@@ -35,6 +35,7 @@ pub fn clean() -> Scenario {
         faults: vec![],
         tail_ms: 500,
         duration_ms: 30_000,
+        procedure: Default::default(),
         breaks: vec![],
     }
 }

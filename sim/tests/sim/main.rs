@@ -4,6 +4,7 @@
 mod catalogue;
 mod determinism;
 mod fixtures;
+mod plan;
 mod regressions;
 mod snapshots;
 mod sweeps;
