@@ -19,6 +19,7 @@ pub mod check;
 pub mod clock;
 pub mod deliver;
 pub mod drain;
+pub mod http;
 mod ids;
 pub mod key;
 pub mod lease;

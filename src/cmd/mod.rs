@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+pub(crate) mod db;
 mod plan;
 mod route;
 
@@ -21,6 +22,16 @@ enum Command {
     /// Plan a change of partition count: keys and load that move, skew, whales, the
     /// drain-and-switch checklist.
     Plan(plan::PlanArgs),
+    /// Create or upgrade the queue schema (idempotent, versioned).
+    Migrate(db::MigrateArgs),
+    /// Enqueue events from JSON lines, in batches of one round trip each.
+    Enqueue(db::EnqueueArgs),
+    /// Deliver: lease partitions (a fair share), drain each one event at a time over HTTP.
+    Work(db::WorkArgs),
+    /// Per-partition depth, oldest wait, keys affected, head attempts; heaviest keys.
+    Lag(db::LagArgs),
+    /// List, show and redrive dead-lettered events.
+    Dlq(db::DlqArgs),
 }
 
 /// Input the user can fix: reported with exit code 2, like a usage error.
@@ -33,6 +44,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Route(args) => route::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Migrate(args) => db::migrate(args),
+        Command::Enqueue(args) => db::enqueue(args),
+        Command::Work(args) => db::work(args),
+        Command::Lag(args) => db::lag(args),
+        Command::Dlq(args) => db::dlq(args),
     }
 }
 

@@ -35,6 +35,21 @@ pub struct PlanArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     json: bool,
+    /// Read the live queue too: depth and oldest wait per partition, split keys, and the
+    /// verdict (SAFE TO SWITCH only when the queue is empty and no key is split; exit 1
+    /// otherwise).
+    #[arg(long)]
+    database: Option<String>,
+}
+
+/// Whether the live queue may be switched, and why not.
+#[derive(Debug, serde::Serialize)]
+struct Verdict {
+    safe: bool,
+    reasons: Vec<String>,
+    depth: i64,
+    oldest_wait_seconds: f64,
+    split_keys: Vec<keyorder::store::postgres::queue::SplitKey>,
 }
 
 fn parse_count(text: &str) -> Result<PartitionCount, String> {
@@ -46,16 +61,83 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.keys {
         read_sample(path, &mut planner)?;
     }
-    let drain = None::<DrainInput>;
-    let plan = planner.finish(args.workers, drain.as_ref());
-    print(&plan, args.json)
+    let live = match &args.database {
+        Some(url) => Some(super::db::block_on(live_queue(url, args.from, args.drain_rate))??),
+        None => None,
+    };
+    let drain = live.as_ref().map(|(d, _)| d);
+    let plan = planner.finish(args.workers, drain);
+    let verdict = live.map(|(_, v)| v);
+    print(&plan, verdict.as_ref(), args.json)?;
+    match verdict {
+        Some(v) if !v.safe => Err(NotSafe.into()),
+        _ => Ok(()),
+    }
 }
 
-fn print(plan: &Plan, json: bool) -> anyhow::Result<()> {
+/// The plan is fine but the live queue is not safe to switch: exit 1, the report said why.
+#[derive(Debug, thiserror::Error)]
+#[error("NOT SAFE to switch now (see the reasons above)")]
+struct NotSafe;
+
+async fn live_queue(
+    url: &str,
+    from: PartitionCount,
+    rate: f64,
+) -> anyhow::Result<(DrainInput, Verdict)> {
+    let db = super::db::Database { database: url.to_owned() };
+    let client = db.client().await?;
+    keyorder::store::postgres::schema::require_current(&client).await?;
+    let lag = keyorder::store::postgres::queue::lag(&client).await?;
+    let split_keys = keyorder::store::postgres::queue::split_keys(&client, 20).await?;
+    let mut depth = vec![0u64; usize::from(from.get())];
+    let mut reasons = Vec::new();
+    for l in &lag {
+        match depth.get_mut(l.partition as usize) {
+            Some(d) => *d = l.depth as u64,
+            None => reasons.push(format!(
+                "partition {} has {} rows but the count is {from}",
+                l.partition, l.depth
+            )),
+        }
+    }
+    let total: i64 = lag.iter().map(|l| l.depth).sum();
+    let oldest = lag.iter().map(|l| l.oldest_wait_seconds).fold(0.0, f64::max);
+    if total > 0 {
+        let busy = lag.iter().filter(|l| l.depth > 0).count();
+        reasons.push(format!(
+            "queue not drained: depth {total} in {busy} partitions, oldest wait {oldest:.1} s"
+        ));
+    }
+    for s in &split_keys {
+        reasons.push(format!("key {:?} is queued on partitions {:?}", s.key, s.partitions));
+    }
+    let verdict = Verdict {
+        safe: reasons.is_empty(),
+        reasons,
+        depth: total,
+        oldest_wait_seconds: oldest,
+        split_keys,
+    };
+    Ok((DrainInput { depth, rate_per_partition: rate }, verdict))
+}
+
+fn print(plan: &Plan, verdict: Option<&Verdict>, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(plan)?);
-    } else {
-        print!("{}", plan.report());
+        let mut value = serde_json::to_value(plan)?;
+        if let Some(v) = verdict {
+            value["verdict"] = serde_json::to_value(v)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    print!("{}", plan.report());
+    if let Some(v) = verdict {
+        if v.safe {
+            println!("verdict: SAFE TO SWITCH (queue empty, no split keys)");
+        } else {
+            println!("verdict: NOT SAFE: {}", v.reasons.join("; "));
+        }
     }
     Ok(())
 }

@@ -15,6 +15,8 @@ use std::time::Duration;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 
+pub mod postgres;
+
 /// Errors at the store boundary. Any of them on a lease session means the lease is gone.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -38,6 +40,9 @@ pub enum StoreError {
         /// The epoch the statement was fenced with.
         epoch: Epoch,
     },
+    /// PostgreSQL reported an error (connection, statement, or server).
+    #[error("postgres error")]
+    Postgres(#[from] tokio_postgres::Error),
     /// The store refused the request, saying why.
     #[error("store refused {operation}: {reason}")]
     Refused {

@@ -1,0 +1,395 @@
+//! The database commands: `migrate`, `enqueue`, `work`, `lag`, `dlq`, and the runtime they
+//! share (one current-thread runtime with a `LocalSet`, as the worker loop requires).
+
+use std::future::Future;
+use std::io::{self, BufRead, BufReader};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use keyorder::clock::TokioClock;
+use keyorder::http::{HttpDeliverer, Target};
+use keyorder::key::Event;
+use keyorder::retry::RetryPolicy;
+use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
+use keyorder::worker::{self, WorkerConfig};
+use keyorder::{PartitionCount, Router};
+use tokio_postgres::Client;
+
+use super::BadInput;
+
+/// Runs `fut` on a current-thread runtime inside a `LocalSet`.
+pub fn block_on<F: Future>(fut: F) -> anyhow::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let local = tokio::task::LocalSet::new();
+    Ok(local.block_on(&rt, fut))
+}
+
+/// The database to use.
+#[derive(Debug, Clone, Args)]
+pub struct Database {
+    /// PostgreSQL connection URL, e.g. postgres://user@localhost/db (or set DATABASE_URL).
+    #[arg(long, env = "DATABASE_URL")]
+    pub database: String,
+}
+
+impl Database {
+    /// A connected client; the error names the URL's host and what failed.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let store = PgStore::new(&self.database, PartitionCount::new(1)?, PgOptions::default())
+            .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
+        postgres::connect(store.config())
+            .await
+            .context("cannot connect to the database (check --database)")
+    }
+}
+
+fn parse_count(text: &str) -> Result<PartitionCount, String> {
+    text.parse::<PartitionCount>().map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    db: Database,
+}
+
+pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    block_on(async {
+        let mut client = args.db.client().await?;
+        let applied = schema::migrate(&mut client).await.context("migrating")?;
+        if applied.is_empty() {
+            println!("schema is current (version {})", schema::SCHEMA_VERSION);
+        } else {
+            println!("applied migrations {applied:?}; schema version {}", schema::SCHEMA_VERSION);
+        }
+        Ok(())
+    })?
+}
+
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    #[command(flatten)]
+    db: Database,
+    /// The partition count producers route with.
+    #[arg(long, value_parser = parse_count, default_value = "16")]
+    partitions: PartitionCount,
+    /// Events per insert statement (one round trip each).
+    #[arg(long, default_value_t = 5000)]
+    batch: usize,
+    /// Take a per-key advisory lock in each transaction, so that concurrent producers of one
+    /// key commit in seq order.
+    #[arg(long)]
+    serialise_keys: bool,
+    /// JSON lines of events ({"event_id", "subscription_id", "tenant_id", "resource_id",
+    /// "payload"}); standard input when absent or `-`.
+    file: Option<PathBuf>,
+}
+
+pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
+    let input: Box<dyn BufRead> = match &args.file {
+        Some(p) if p.as_os_str() != "-" => Box::new(BufReader::new(
+            std::fs::File::open(p)
+                .map_err(|e| BadInput(format!("cannot open {}: {e}", p.display())))?,
+        )),
+        _ => Box::new(BufReader::new(io::stdin().lock())),
+    };
+    let router = Router::new(args.partitions);
+    block_on(async move {
+        let mut client = args.db.client().await?;
+        schema::require_current(&client).await?;
+        let (mut total, mut dups, mut batch, mut first_line) = (0u64, 0usize, Vec::new(), 1u64);
+        for (i, line) in input.lines().enumerate() {
+            let no = i as u64 + 1;
+            let line = line.map_err(|e| BadInput(format!("line {no}: {e}")))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let event: Event = match serde_json::from_str(&line).map_err(|e| e.to_string()).and_then(|e: Event| e.validate().map(|()| e).map_err(|e| e.to_string())) {
+                Ok(e) => e,
+                Err(e) => {
+                    return Err(BadInput(format!(
+                        "line {no}: {e}; enqueued {total} events from lines before {first_line}, nothing from line {first_line} on"
+                    ))
+                    .into())
+                }
+            };
+            batch.push(event);
+            if batch.len() >= args.batch.max(1) {
+                let report =
+                    queue::enqueue(&mut client, &router, &batch, args.serialise_keys).await?;
+                total += report.inserted;
+                dups += report.duplicates.len();
+                report
+                    .duplicates
+                    .iter()
+                    .for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
+                batch.clear();
+                first_line = no + 1;
+            }
+        }
+        if !batch.is_empty() {
+            let report = queue::enqueue(&mut client, &router, &batch, args.serialise_keys).await?;
+            total += report.inserted;
+            dups += report.duplicates.len();
+            report
+                .duplicates
+                .iter()
+                .for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
+        }
+        println!("enqueued {total} events ({dups} duplicates skipped)");
+        Ok(())
+    })?
+}
+
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    #[command(flatten)]
+    db: Database,
+    /// Where to POST each event: http://host[:port]/path.
+    #[arg(long)]
+    deliver: String,
+    /// The partition count (must match the producers').
+    #[arg(long, value_parser = parse_count, default_value = "16")]
+    partitions: PartitionCount,
+    /// This worker's name.
+    #[arg(long, default_value = "worker")]
+    name: String,
+    /// Deliveries of one event before it is dead-lettered.
+    #[arg(long, default_value_t = 5)]
+    max_attempts: u32,
+    /// Backoff base, in ms (doubles per failure, full jitter).
+    #[arg(long, default_value_t = 200)]
+    backoff_base_ms: u64,
+    /// Backoff cap, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    backoff_cap_ms: u64,
+    /// How long one delivery may take, in ms (a new lease waits this long before its first read).
+    #[arg(long, default_value_t = 10_000)]
+    delivery_timeout_ms: u64,
+    /// How often an empty partition is polled, in ms.
+    #[arg(long, default_value_t = 200)]
+    idle_poll_ms: u64,
+    /// Stop after this many seconds (for tests and benchmarks); runs until a signal otherwise.
+    #[arg(long)]
+    stop_after: Option<u64>,
+}
+
+pub fn work(args: WorkArgs) -> anyhow::Result<()> {
+    let target = Target::parse(&args.deliver).map_err(|e| BadInput(e.to_string()))?;
+    let retry = RetryPolicy::new(
+        args.max_attempts,
+        Duration::from_millis(args.backoff_base_ms),
+        Duration::from_millis(args.backoff_cap_ms),
+    )
+    .map_err(|e| BadInput(e.to_string()))?;
+    let store = PgStore::new(&args.db.database, args.partitions, PgOptions::default())
+        .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
+    let mut config = WorkerConfig::new(args.name.clone());
+    config.retry = retry;
+    config.delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
+    config.idle_poll = Duration::from_millis(args.idle_poll_ms);
+    config.rng_seed = std::process::id().into();
+    block_on(async move {
+        let client = args.db.client().await?;
+        schema::require_current(&client).await?;
+        drop(client);
+        eprintln!(
+            "keyorder work: {} delivering {} partitions to {}; SIGINT or SIGTERM stops after the in-flight deliveries",
+            args.name, args.partitions, args.deliver
+        );
+        let stop = shutdown(args.stop_after);
+        let report =
+            worker::run(store, HttpDeliverer::new(target), TokioClock::start(), config, stop).await;
+        eprintln!(
+            "keyorder work: stopped; leases taken {}, given back {}, lost {}",
+            report.acquired, report.released, report.lost
+        );
+        Ok(())
+    })?
+}
+
+/// Completes on SIGINT, SIGTERM, or after `after` seconds.
+async fn shutdown(after: Option<u64>) {
+    let timer = async {
+        match after {
+            Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
+            None => std::future::pending().await,
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return timer.await,
+        };
+        tokio::select! {
+            biased;
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+            _ = timer => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::select! {
+        biased;
+        _ = tokio::signal::ctrl_c() => {}
+        _ = timer => {}
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LagArgs {
+    #[command(flatten)]
+    db: Database,
+    /// One JSON object.
+    #[arg(long, conflicts_with = "prom")]
+    json: bool,
+    /// Prometheus text exposition format.
+    #[arg(long)]
+    prom: bool,
+}
+
+pub fn lag(args: LagArgs) -> anyhow::Result<()> {
+    block_on(async {
+        let client = args.db.client().await?;
+        schema::require_current(&client).await?;
+        let lag = queue::lag(&client).await?;
+        let heavy = queue::heaviest_keys(&client, 10).await?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"partitions": lag, "heaviest_keys": heavy})
+                )?
+            );
+        } else if args.prom {
+            for (name, help) in [
+                ("keyorder_partition_depth", "Rows queued in the partition."),
+                (
+                    "keyorder_partition_oldest_wait_seconds",
+                    "Age of the oldest queued row; alert on this.",
+                ),
+                ("keyorder_partition_keys", "Distinct keys queued in the partition."),
+                (
+                    "keyorder_partition_head_attempts",
+                    "Failed attempts recorded at the partition's head.",
+                ),
+            ] {
+                println!("# HELP {name} {help}\n# TYPE {name} gauge");
+                for l in &lag {
+                    let v = match name {
+                        "keyorder_partition_depth" => l.depth as f64,
+                        "keyorder_partition_oldest_wait_seconds" => l.oldest_wait_seconds,
+                        "keyorder_partition_keys" => l.keys_affected as f64,
+                        _ => f64::from(l.head_attempts),
+                    };
+                    println!("{name}{{partition=\"{}\"}} {v}", l.partition);
+                }
+            }
+        } else {
+            println!(
+                "{:>9} {:>9} {:>14} {:>9} {:>13}",
+                "partition", "depth", "oldest wait s", "keys", "head attempts"
+            );
+            for l in &lag {
+                println!(
+                    "{:>9} {:>9} {:>14.1} {:>9} {:>13}",
+                    l.partition, l.depth, l.oldest_wait_seconds, l.keys_affected, l.head_attempts
+                );
+            }
+            if lag.is_empty() {
+                println!("queue is empty");
+            }
+            for k in &heavy {
+                println!("heavy key {:?}: {} queued", k.key, k.depth);
+            }
+        }
+        Ok(())
+    })?
+}
+
+#[derive(Debug, Args)]
+pub struct DlqArgs {
+    #[command(flatten)]
+    db: Database,
+    #[command(subcommand)]
+    action: DlqAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum DlqAction {
+    /// Dead-lettered events, newest first.
+    List {
+        /// How many.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One dead-lettered event with its payload.
+    Show {
+        /// Its dead-letter id.
+        id: i64,
+    },
+    /// Re-enqueue one at the tail. Its key's later events were delivered before it: this is an
+    /// ordering gap, which --accept-gap acknowledges.
+    Redrive {
+        /// Its dead-letter id.
+        id: i64,
+        /// The partition count producers route with.
+        #[arg(long, value_parser = parse_count, default_value = "16")]
+        partitions: PartitionCount,
+        /// Confirm that delivering it after later events of its key is acceptable.
+        #[arg(long)]
+        accept_gap: bool,
+    },
+}
+
+pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
+    block_on(async {
+        let mut client = args.db.client().await?;
+        schema::require_current(&client).await?;
+        match args.action {
+            DlqAction::List { limit, json } => {
+                for r in queue::dead_letters(&client, None, limit).await? {
+                    if json {
+                        println!("{}", serde_json::to_string(&r)?);
+                    } else {
+                        println!(
+                            "{:>6}  p{:<4} {:<24} {:<24} {}  {}",
+                            r.id, r.partition, r.key, r.event_id, r.dead_lettered_at, r.reason
+                        );
+                    }
+                }
+            }
+            DlqAction::Show { id } => {
+                match queue::dead_letters(&client, Some(id), 1).await?.pop() {
+                    Some(r) => println!("{}", serde_json::to_string_pretty(&r)?),
+                    None => {
+                        return Err(BadInput(format!("no dead-lettered event with id {id}")).into())
+                    }
+                }
+            }
+            DlqAction::Redrive { id, partitions, accept_gap } => {
+                if !accept_gap {
+                    return Err(BadInput(
+                        "redrive puts the event at the tail, after later events of its key: an ordering gap. Re-run with --accept-gap to do it".into(),
+                    )
+                    .into());
+                }
+                match queue::redrive(&mut client, &Router::new(partitions), id).await? {
+                    Some(seq) => println!("redriven as seq {seq} at the tail: it is delivered after later events of its key (an ordering gap)"),
+                    None => return Err(BadInput(format!("no dead-lettered event with id {id}")).into()),
+                }
+            }
+        }
+        Ok(())
+    })?
+}

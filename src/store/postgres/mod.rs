@@ -1,0 +1,333 @@
+//! The PostgreSQL store: session advisory locks as leases, the reference queue table, and a
+//! drain that never walks dead rows.
+//!
+//! * **Leases** are `pg_try_advisory_lock(4711, partition)` on a dedicated connection that is
+//!   never pooled; every head read, acknowledgement, retry and dead-letter of that partition
+//!   goes through the same connection, so a worker whose session died cannot advance it.
+//! * **Membership**: each worker holds `pg_advisory_lock(4712, pg_backend_pid())` on its
+//!   control connection; live workers are counted from `pg_locks`.
+//! * **Draining**: heads are read `seq > cursor` (the last acknowledged seq), a bounded batch
+//!   ahead; delivery stays one at a time. A full read without the cursor runs when the cursor
+//!   read finds nothing and at least every `full_scan_every`, so a row that committed late
+//!   (behind the cursor) is still found. Acknowledgements are deleted in batches, at most
+//!   `ack_batch` rows or `ack_delay` old; rows read ahead are served only while the session was
+//!   heard from within `ack_delay`, so a silently lost lease stops delivery promptly.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::clock::{Clock, TokioClock};
+use crate::ids::{Epoch, PartitionId, Seq, Time};
+use crate::routing::PartitionCount;
+use crate::store::{ControlSession, LeaseSession, Store, StoreError, StoredHead};
+
+pub mod queue;
+pub mod schema;
+
+use schema::{LEASE_NAMESPACE, MEMBER_NAMESPACE};
+
+/// Tuning of the PostgreSQL store.
+#[derive(Clone, Copy, Debug)]
+pub struct PgOptions {
+    /// Rows read ahead per head query.
+    pub read_ahead: i64,
+    /// Acknowledgements buffered before a batch delete.
+    pub ack_batch: usize,
+    /// The oldest an unflushed acknowledgement (and the last contact behind a read-ahead row)
+    /// may be.
+    pub ack_delay: Duration,
+    /// How often a head read ignores the cursor, to find rows that committed late.
+    pub full_scan_every: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            read_ahead: 64,
+            ack_batch: 128,
+            ack_delay: Duration::from_millis(50),
+            full_scan_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A handle that opens sessions to one database. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    config: Config,
+    count: PartitionCount,
+    options: PgOptions,
+    clock: TokioClock,
+}
+
+/// Opens one connection and drives it on the current runtime.
+pub async fn connect(config: &Config) -> Result<Client, StoreError> {
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        // The connection ends when the client is dropped or the server goes away; either way
+        // the next statement on the client reports it.
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+impl PgStore {
+    /// A store for the database at `url` (a `postgres://` URL or key=value string), leasing
+    /// under `count` partitions.
+    pub fn new(url: &str, count: PartitionCount, options: PgOptions) -> Result<Self, StoreError> {
+        let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
+            StoreError::Refused { operation: "parse the database URL", reason: e.to_string() }
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        Ok(Self { config, count, options, clock: TokioClock::start() })
+    }
+
+    /// The connection configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+}
+
+/// A worker's membership session.
+pub struct PgControl {
+    client: Client,
+    count: PartitionCount,
+}
+
+impl Store for PgStore {
+    type Control = PgControl;
+    type Lease = PgLease;
+
+    async fn connect(&self, _worker: &str) -> Result<PgControl, StoreError> {
+        let client = connect(&self.config).await?;
+        schema::require_current(&client).await?;
+        client
+            .execute("SELECT pg_advisory_lock($1, pg_backend_pid())", &[&MEMBER_NAMESPACE])
+            .await?;
+        Ok(PgControl { client, count: self.count })
+    }
+
+    async fn acquire(&self, partition: PartitionId) -> Result<Option<PgLease>, StoreError> {
+        let client = connect(&self.config).await?;
+        let p = i32::from(partition.0);
+        let row = client
+            .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LEASE_NAMESPACE, &p])
+            .await?;
+        if !row.get::<_, bool>(0) {
+            return Ok(None);
+        }
+        let epoch: i64 =
+            client.query_one("SELECT nextval('keyorder_lease_epoch')", &[]).await?.get(0);
+        let now = self.clock.now();
+        Ok(Some(PgLease {
+            client,
+            partition,
+            epoch: Epoch(epoch as u64),
+            options: self.options,
+            clock: self.clock,
+            cursor: 0,
+            ahead: VecDeque::new(),
+            acks: Vec::new(),
+            oldest_ack: None,
+            heard_at: now,
+            full_scan_at: now,
+        }))
+    }
+}
+
+impl ControlSession for PgControl {
+    async fn live_workers(&mut self) -> Result<usize, StoreError> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT count(*) FROM pg_locks
+                 WHERE locktype = 'advisory' AND classid = $1::int::oid AND objsubid = 2 AND granted",
+                &[&MEMBER_NAMESPACE],
+            )
+            .await?;
+        Ok(row.get::<_, i64>(0).max(1) as usize)
+    }
+
+    async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
+        Ok(self.count)
+    }
+}
+
+/// One partition's lease: the connection that holds the advisory lock, and every statement
+/// of the partition on it.
+pub struct PgLease {
+    client: Client,
+    partition: PartitionId,
+    epoch: Epoch,
+    options: PgOptions,
+    clock: TokioClock,
+    /// The last acknowledged seq: head reads start after it.
+    cursor: i64,
+    /// Rows read ahead, head first.
+    ahead: VecDeque<StoredHead>,
+    /// Acknowledged seqs not yet deleted.
+    acks: Vec<i64>,
+    oldest_ack: Option<Time>,
+    /// When the session last answered.
+    heard_at: Time,
+    full_scan_at: Time,
+}
+
+const HEAD_COLUMNS: &str = "seq, event_id, partition_key, payload::text, attempts::int4,
+    GREATEST(EXTRACT(EPOCH FROM (not_before - now())), 0)::float8, last_error";
+
+impl PgLease {
+    fn p(&self) -> i16 {
+        // A partition is below a validated count of at most 32767.
+        self.partition.0 as i16
+    }
+
+    async fn flush_acks(&mut self) -> Result<(), StoreError> {
+        if self.acks.is_empty() {
+            return Ok(());
+        }
+        let seqs = std::mem::take(&mut self.acks);
+        self.client
+            .execute(
+                "DELETE FROM delivery_queue WHERE partition = $1 AND seq = ANY($2)",
+                &[&self.p(), &seqs],
+            )
+            .await?;
+        self.oldest_ack = None;
+        self.heard();
+        Ok(())
+    }
+
+    fn heard(&mut self) {
+        self.heard_at = self.clock.now();
+    }
+
+    async fn read_ahead(&mut self, from: i64) -> Result<(), StoreError> {
+        let sql = format!(
+            "SELECT {HEAD_COLUMNS} FROM delivery_queue WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        );
+        let rows = self.client.query(&sql, &[&self.p(), &from, &self.options.read_ahead]).await?;
+        self.heard();
+        self.ahead = rows
+            .iter()
+            .map(|r| {
+                let wait: f64 = r.get(5);
+                StoredHead {
+                    seq: Seq(r.get(0)),
+                    event_id: r.get(1),
+                    key: r.get(2),
+                    payload: r.get(3),
+                    attempts: r.get::<_, i32>(4).max(0) as u32,
+                    wait: (wait > 0.0).then(|| Duration::from_secs_f64(wait)),
+                    last_error: r.get(6),
+                }
+            })
+            .collect();
+        Ok(())
+    }
+}
+
+impl LeaseSession for PgLease {
+    fn partition(&self) -> PartitionId {
+        self.partition
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+        let now = self.clock.now();
+        let fresh = now.saturating_since(self.heard_at) < self.options.ack_delay;
+        if fresh && !self.ahead.is_empty() {
+            return Ok(self.ahead.front().cloned());
+        }
+        self.flush_acks().await?;
+        let full = now.saturating_since(self.full_scan_at) >= self.options.full_scan_every;
+        self.read_ahead(if full { 0 } else { self.cursor }).await?;
+        if self.ahead.is_empty() && self.cursor > 0 && !full {
+            // Nothing after the cursor: look behind it once for a row that committed late.
+            self.read_ahead(0).await?;
+        }
+        if full || self.ahead.is_empty() {
+            self.full_scan_at = now;
+        }
+        Ok(self.ahead.front().cloned())
+    }
+
+    async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
+        if self.ahead.front().is_some_and(|h| h.seq == seq) {
+            self.ahead.pop_front();
+        }
+        self.acks.push(seq.0);
+        self.cursor = self.cursor.max(seq.0);
+        let now = self.clock.now();
+        let oldest = *self.oldest_ack.get_or_insert(now);
+        if self.acks.len() >= self.options.ack_batch
+            || now.saturating_since(oldest) >= self.options.ack_delay
+        {
+            self.flush_acks().await?;
+        }
+        Ok(())
+    }
+
+    async fn schedule_retry(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        retry_in: Duration,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        self.flush_acks().await?;
+        self.ahead.clear();
+        let attempts = i16::try_from(attempts).unwrap_or(i16::MAX);
+        let micros = i64::try_from(retry_in.as_micros()).unwrap_or(i64::MAX);
+        self.client
+            .execute(
+                "UPDATE delivery_queue
+                 SET attempts = $3, not_before = now() + $4 * interval '1 microsecond', last_error = $5
+                 WHERE partition = $1 AND seq = $2",
+                &[&self.p(), &seq.0, &attempts, &(micros as f64), &error],
+            )
+            .await?;
+        self.heard();
+        Ok(())
+    }
+
+    async fn dead_letter(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.flush_acks().await?;
+        self.ahead.clear();
+        let attempts = i16::try_from(attempts).unwrap_or(i16::MAX);
+        // One statement, so one transaction: the row leaves the queue and enters the DLQ
+        // together or not at all.
+        self.client
+            .execute(
+                "WITH moved AS (
+                   DELETE FROM delivery_queue WHERE partition = $1 AND seq = $2
+                   RETURNING seq, partition, partition_key, event_id, payload, enqueued_at)
+                 INSERT INTO delivery_dlq (seq, partition, partition_key, event_id, payload, attempts, enqueued_at, reason)
+                 SELECT seq, partition, partition_key, event_id, payload, $3::int2, enqueued_at, $4::text FROM moved",
+                &[&self.p(), &seq.0, &attempts, &reason],
+            )
+            .await?;
+        self.cursor = self.cursor.max(seq.0);
+        self.heard();
+        Ok(())
+    }
+
+    async fn release(mut self) -> Result<(), StoreError> {
+        self.flush_acks().await?;
+        let p = i32::from(self.partition.0);
+        self.client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LEASE_NAMESPACE, &p]).await?;
+        Ok(())
+    }
+}

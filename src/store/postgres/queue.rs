@@ -1,0 +1,232 @@
+//! Queue operations outside a lease: batch enqueue, lag and skew, the split-key check, the
+//! drain-to-zero figures repartitioning needs, and the dead-letter table.
+
+use serde::Serialize;
+use tokio_postgres::Client;
+
+use crate::key::{partition_key, Event};
+use crate::routing::Router;
+use crate::store::StoreError;
+
+use super::schema::KEY_NAMESPACE;
+
+/// What a batch enqueue did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EnqueueReport {
+    /// Rows inserted.
+    pub inserted: u64,
+    /// Event ids already in the queue (the batch went on without them).
+    pub duplicates: Vec<String>,
+}
+
+/// Inserts `events` in one statement (one round trip), routed by `router`. Duplicate event ids
+/// are reported, not errors. With `serialise_keys`, the transaction first takes a
+/// transaction-scoped advisory lock per distinct key (in key order, so batches cannot
+/// deadlock): producers of one key then commit in seq order.
+pub async fn enqueue(
+    client: &mut Client,
+    router: &Router,
+    events: &[Event],
+    serialise_keys: bool,
+) -> Result<EnqueueReport, StoreError> {
+    let mut partitions: Vec<i16> = Vec::with_capacity(events.len());
+    let mut keys: Vec<&str> = Vec::with_capacity(events.len());
+    let mut ids: Vec<&str> = Vec::with_capacity(events.len());
+    let mut payloads: Vec<String> = Vec::with_capacity(events.len());
+    for e in events {
+        let key = partition_key(e)
+            .map_err(|err| StoreError::Refused { operation: "enqueue", reason: err.to_string() })?;
+        // Partitions are below a validated count of at most 32767.
+        partitions.push(router.route(key).0 as i16);
+        keys.push(key);
+        ids.push(&e.event_id);
+        payloads.push(e.payload.to_string());
+    }
+    let tx = client.transaction().await?;
+    if serialise_keys {
+        let mut distinct: Vec<&str> = keys.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext(k)) FROM unnest($2::text[]) AS k ORDER BY k",
+            &[&KEY_NAMESPACE, &distinct],
+        )
+        .await?;
+    }
+    let rows = tx
+        .query(
+            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+             SELECT p, k, e, pl::jsonb FROM unnest($1::int2[], $2::text[], $3::text[], $4::text[]) AS t(p, k, e, pl)
+             ON CONFLICT (event_id) DO NOTHING
+             RETURNING event_id",
+            &[&partitions, &keys, &ids, &payloads],
+        )
+        .await?;
+    tx.commit().await?;
+    let inserted: std::collections::BTreeSet<String> = rows.iter().map(|r| r.get(0)).collect();
+    let duplicates =
+        ids.iter().filter(|id| !inserted.contains(**id)).map(|id| (*id).to_owned()).collect();
+    Ok(EnqueueReport { inserted: inserted.len() as u64, duplicates })
+}
+
+/// One partition's lag.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PartitionLag {
+    /// The partition.
+    pub partition: i16,
+    /// Rows queued.
+    pub depth: i64,
+    /// Age of the oldest queued row, in seconds.
+    pub oldest_wait_seconds: f64,
+    /// Distinct keys queued.
+    pub keys_affected: i64,
+    /// Failed attempts recorded at the head.
+    pub head_attempts: i32,
+}
+
+/// Per-partition depth, oldest wait, keys affected and attempts at the head, oldest first.
+pub async fn lag(client: &Client) -> Result<Vec<PartitionLag>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT partition, count(*), EXTRACT(EPOCH FROM max(now() - enqueued_at))::float8,
+                    count(DISTINCT partition_key), (array_agg(attempts ORDER BY seq))[1]::int4
+             FROM delivery_queue GROUP BY partition ORDER BY 3 DESC, 1",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| PartitionLag {
+            partition: r.get(0),
+            depth: r.get(1),
+            oldest_wait_seconds: r.get(2),
+            keys_affected: r.get(3),
+            head_attempts: r.get(4),
+        })
+        .collect())
+}
+
+/// A key's queued rows, for skew reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KeyDepth {
+    /// The key.
+    pub key: String,
+    /// Its queued rows.
+    pub depth: i64,
+}
+
+/// The `limit` keys with the most queued rows.
+pub async fn heaviest_keys(client: &Client, limit: i64) -> Result<Vec<KeyDepth>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT partition_key, count(*) FROM delivery_queue GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $1",
+            &[&limit],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| KeyDepth { key: r.get(0), depth: r.get(1) }).collect())
+}
+
+/// A key queued on more than one partition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SplitKey {
+    /// The key.
+    pub key: String,
+    /// The partitions it is queued on.
+    pub partitions: Vec<i16>,
+}
+
+/// Keys queued on two or more partitions (the reference's `assert_no_split_keys`), at most
+/// `limit` of them.
+pub async fn split_keys(client: &Client, limit: i64) -> Result<Vec<SplitKey>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT partition_key, array_agg(DISTINCT partition ORDER BY partition)
+             FROM delivery_queue GROUP BY partition_key HAVING count(DISTINCT partition) > 1
+             ORDER BY 1 LIMIT $1",
+            &[&limit],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| SplitKey { key: r.get(0), partitions: r.get(1) }).collect())
+}
+
+/// A dead-lettered row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeadRow {
+    /// The dead-letter id.
+    pub id: i64,
+    /// Its queue seq, if it came from keyorder.
+    pub seq: Option<i64>,
+    /// Its partition.
+    pub partition: i16,
+    /// Its key.
+    pub key: String,
+    /// Its event id.
+    pub event_id: String,
+    /// Attempts made.
+    pub attempts: i16,
+    /// Why.
+    pub reason: String,
+    /// When, as text.
+    pub dead_lettered_at: String,
+    /// The payload, as JSON text.
+    pub payload: String,
+}
+
+/// Dead-lettered rows, newest first, at most `limit`; with `id`, that one only.
+pub async fn dead_letters(
+    client: &Client,
+    id: Option<i64>,
+    limit: i64,
+) -> Result<Vec<DeadRow>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT id, seq, partition, partition_key, event_id, attempts, reason,
+                    dead_lettered_at::text, payload::text
+             FROM delivery_dlq WHERE ($1::int8 IS NULL OR id = $1) ORDER BY id DESC LIMIT $2",
+            &[&id, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| DeadRow {
+            id: r.get(0),
+            seq: r.get(1),
+            partition: r.get(2),
+            key: r.get(3),
+            event_id: r.get(4),
+            attempts: r.get(5),
+            reason: r.get(6),
+            dead_lettered_at: r.get(7),
+            payload: r.get(8),
+        })
+        .collect())
+}
+
+/// Moves dead-lettered row `id` back to the queue's tail (a new seq, attempts reset), routed
+/// by `router`, in one transaction. The event is then delivered after events of its key that
+/// were enqueued after it: an ordering gap the caller must accept. `None` if no such row.
+pub async fn redrive(
+    client: &mut Client,
+    router: &Router,
+    id: i64,
+) -> Result<Option<i64>, StoreError> {
+    let tx = client.transaction().await?;
+    let Some(row) = tx
+        .query_opt("DELETE FROM delivery_dlq WHERE id = $1 RETURNING partition_key, event_id, payload::text", &[&id])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let key: String = row.get(0);
+    let partition = router.route(&key).0 as i16;
+    let seq: i64 = tx
+        .query_one(
+            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+             VALUES ($1, $2, $3, $4::text::jsonb) RETURNING seq",
+            &[&partition, &key, &row.get::<_, String>(1), &row.get::<_, String>(2)],
+        )
+        .await?
+        .get(0);
+    tx.commit().await?;
+    Ok(Some(seq))
+}

@@ -1,0 +1,107 @@
+//! The schema: the reference design's `delivery_queue`, plus only what the design needs, and
+//! the `delivery_dlq` table the reference never defines. Versioned, idempotent migrations.
+
+use tokio_postgres::Client;
+
+use crate::store::StoreError;
+
+/// Advisory-lock namespace of partition leases: the reference's `LOCK_NAMESPACE`.
+pub const LEASE_NAMESPACE: i32 = 4711;
+/// Advisory-lock namespace of worker membership (one lock per live worker session).
+pub const MEMBER_NAMESPACE: i32 = 4712;
+/// Advisory-lock namespace of per-key producer serialisation (transaction-scoped).
+pub const KEY_NAMESPACE: i32 = 4713;
+/// Advisory-lock namespace that serialises concurrent migrations.
+const MIGRATE_NAMESPACE: i32 = 4714;
+
+/// Each migration, in order. Version `i + 1` is `MIGRATIONS[i]`. Never edit a shipped one.
+const MIGRATIONS: &[&str] = &[
+    // 1: the reference schema, unchanged, so reference producers keep working.
+    r#"
+    CREATE TABLE IF NOT EXISTS delivery_queue (
+      seq            BIGSERIAL PRIMARY KEY,
+      partition      SMALLINT    NOT NULL,
+      partition_key  TEXT        NOT NULL,
+      event_id       TEXT        NOT NULL UNIQUE,
+      payload        JSONB       NOT NULL,
+      attempts       SMALLINT    NOT NULL DEFAULT 0,
+      enqueued_at    TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    CREATE INDEX IF NOT EXISTS delivery_queue_drain_idx ON delivery_queue (partition, seq);
+    "#,
+    // 2: what the design adds: a recorded backoff and the last error at the head; the
+    // dead-letter table (its own id, so the reference's DLQ insert works unchanged); the
+    // lease epoch sequence; a key index for the split-key check.
+    r#"
+    ALTER TABLE delivery_queue ADD COLUMN IF NOT EXISTS not_before TIMESTAMPTZ;
+    ALTER TABLE delivery_queue ADD COLUMN IF NOT EXISTS last_error TEXT;
+    CREATE TABLE IF NOT EXISTS delivery_dlq (
+      id               BIGSERIAL PRIMARY KEY,
+      seq              BIGINT,
+      partition        SMALLINT    NOT NULL,
+      partition_key    TEXT        NOT NULL,
+      event_id         TEXT        NOT NULL,
+      payload          JSONB       NOT NULL,
+      attempts         SMALLINT    NOT NULL,
+      enqueued_at      TIMESTAMPTZ,
+      reason           TEXT        NOT NULL,
+      dead_lettered_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    CREATE INDEX IF NOT EXISTS delivery_queue_key_idx ON delivery_queue (partition_key);
+    CREATE SEQUENCE IF NOT EXISTS keyorder_lease_epoch;
+    "#,
+];
+
+/// The schema version this build writes and expects.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Applies every migration not applied yet, each in its own transaction, under an advisory
+/// lock so that two concurrent runs do not race. Returns the versions applied (empty when the
+/// schema was current).
+pub async fn migrate(client: &mut Client) -> Result<Vec<i32>, StoreError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS keyorder_migrations (
+               version    INT PRIMARY KEY,
+               applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        )
+        .await?;
+    let mut applied = Vec::new();
+    for (i, sql) in MIGRATIONS.iter().enumerate() {
+        let version = i as i32 + 1;
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&MIGRATE_NAMESPACE]).await?;
+        let done = tx
+            .query_opt("SELECT 1 FROM keyorder_migrations WHERE version = $1", &[&version])
+            .await?;
+        if done.is_none() {
+            tx.batch_execute(sql).await?;
+            tx.execute("INSERT INTO keyorder_migrations (version) VALUES ($1)", &[&version])
+                .await?;
+            applied.push(version);
+        }
+        tx.commit().await?;
+    }
+    Ok(applied)
+}
+
+/// The newest applied version, or an error naming what to run when the schema is missing or
+/// older than this build.
+pub async fn require_current(client: &Client) -> Result<(), StoreError> {
+    let found: Option<i32> =
+        match client.query_one("SELECT max(version) FROM keyorder_migrations", &[]).await {
+            Ok(row) => row.get(0),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => None,
+            Err(e) => return Err(e.into()),
+        };
+    match found {
+        Some(v) if v >= SCHEMA_VERSION => Ok(()),
+        other => Err(StoreError::Refused {
+            operation: "schema check",
+            reason: format!(
+                "the database has schema version {}, this keyorder needs {SCHEMA_VERSION}: run `keyorder migrate --database URL`",
+                other.map_or("none".to_owned(), |v| v.to_string())
+            ),
+        }),
+    }
+}

@@ -1,0 +1,111 @@
+//! The command line against a real server: bad input gives clear errors and a non-zero exit
+//! with nothing lost; `plan --database` judges whether the live queue is safe to switch.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use super::harness::PgServer;
+
+fn keyorder(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keyorder"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("keyorder runs");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn psql(pg: &PgServer, db: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            db,
+            "-tA",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql");
+    assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn bad_input_is_refused_clearly_and_nothing_is_lost() {
+    let Some(pg) = PgServer::start("cli_bad_input") else { return };
+    let url = pg.create_db("cli");
+    // Unknown tables: the commands say to migrate.
+    let o = keyorder(&["lag", "--database", &url], "");
+    assert_ne!(o.status.code(), Some(0));
+    assert!(text(&o).contains("keyorder migrate"), "{}", text(&o));
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    assert!(text(&keyorder(&["migrate", "--database", &url], "")).contains("schema is current"));
+    // A malformed line: exit 2 naming it; the batch it was in is not half-enqueued.
+    let input = "{\"event_id\":\"e1\",\"subscription_id\":\"sub_1\"}\n{not json\n";
+    let o = keyorder(&["enqueue", "--database", &url], input);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("line 2"), "{}", text(&o));
+    assert_eq!(psql(&pg, "cli", "SELECT count(*) FROM delivery_queue"), "0");
+    let o = keyorder(
+        &["enqueue", "--database", &url],
+        "{\"event_id\":\"e1\",\"subscription_id\":\"\"}\n",
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("empty subscription id"), "{}", text(&o));
+    // Good input lands; a repeat is reported as duplicates, not an error.
+    let good = "{\"event_id\":\"e1\",\"subscription_id\":\"sub_1\",\"payload\":{\"a\":1}}\n{\"event_id\":\"e2\",\"subscription_id\":\"sub_1\"}\n";
+    assert!(text(&keyorder(&["enqueue", "--database", &url], good)).contains("enqueued 2 events"));
+    let o = keyorder(&["enqueue", "--database", &url], good);
+    assert!(o.status.success());
+    assert!(text(&o).contains("2 duplicates"), "{}", text(&o));
+    // A wrong URL and a wrong delivery URL.
+    let o = keyorder(&["lag", "--database", "postgres://postgres@127.0.0.1:1/nowhere"], "");
+    assert_ne!(o.status.code(), Some(0));
+    assert!(text(&o).contains("cannot connect"), "{}", text(&o));
+    let o = keyorder(&["work", "--database", &url, "--deliver", "ftp://x/"], "");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("http://"), "{}", text(&o));
+    let o = keyorder(&["lag", "--database", &url, "--prom"], "");
+    assert!(text(&o).contains("keyorder_partition_depth{partition="), "{}", text(&o));
+}
+
+#[test]
+fn plan_database_says_safe_only_when_drained_and_unsplit() {
+    let Some(pg) = PgServer::start("cli_plan_database") else { return };
+    let url = pg.create_db("plan");
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    let events: String = (0..30)
+        .map(|i| format!("{{\"event_id\":\"e{i}\",\"subscription_id\":\"sub_{}\"}}\n", i % 7))
+        .collect();
+    assert!(keyorder(&["enqueue", "--database", &url], &events).status.success());
+    let o = keyorder(&["plan", "--from", "16", "--to", "32", "--database", &url], "");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("NOT SAFE") && text(&o).contains("depth 30"), "{}", text(&o));
+    psql(&pg, "plan", "DELETE FROM delivery_queue");
+    let o = keyorder(&["plan", "--from", "16", "--to", "32", "--database", &url, "--json"], "");
+    assert!(o.status.success(), "{}", text(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["verdict"]["safe"], true);
+    let o = keyorder(&["plan", "--from", "16", "--to", "32", "--database", &url], "");
+    assert!(text(&o).contains("SAFE TO SWITCH"), "{}", text(&o));
+    // One key by hand on two partitions.
+    psql(&pg, "plan", "INSERT INTO delivery_queue (partition, partition_key, event_id, payload) VALUES (1, 'sub_split', 'x1', '{}'), (2, 'sub_split', 'x2', '{}')");
+    let o = keyorder(&["plan", "--from", "16", "--to", "32", "--database", &url], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("NOT SAFE") && text(&o).contains("sub_split"), "{}", text(&o));
+}

@@ -1,0 +1,167 @@
+//! A throwaway PostgreSQL server per test binary (or per test that restarts it): initdb into a
+//! temporary folder, run as the `postgres` user when we are root (PostgreSQL refuses root), on
+//! a free port with a private socket folder. Skips loudly when no server binaries exist, and
+//! fails instead when `KEYORDER_REQUIRE_PG=1` (CI sets it).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+pub struct PgServer {
+    dir: PathBuf,
+    pub port: u16,
+    as_postgres: bool,
+}
+
+fn require() -> bool {
+    std::env::var("KEYORDER_REQUIRE_PG").is_ok_and(|v| v == "1")
+}
+
+fn found(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+impl PgServer {
+    /// Starts a server, or returns `None` (after saying so loudly) when PostgreSQL is not
+    /// installed and not required.
+    pub fn start(test: &str) -> Option<PgServer> {
+        if !(found("initdb") && found("pg_ctl")) {
+            let msg = format!("PostgreSQL server binaries (initdb, pg_ctl) not found: SKIPPING PostgreSQL test {test}");
+            assert!(!require(), "{msg}, but KEYORDER_REQUIRE_PG=1 requires them");
+            eprintln!("\n!!!!! {msg} !!!!!\n");
+            return None;
+        }
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("keyorder-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let as_postgres = is_root();
+        let server = PgServer { dir, port: free_port(), as_postgres };
+        if as_postgres {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&server.dir)
+                .status()
+                .expect("chown");
+            assert!(ok.success(), "chown of the temporary data folder failed");
+        }
+        server.run(
+            &["initdb", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "-D"],
+            true,
+        );
+        server.pg_ctl("start");
+        Some(server)
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn run(&self, args: &[&str], with_data: bool) {
+        let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        if with_data {
+            all.push(self.data());
+        }
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).args(&all);
+            c
+        } else {
+            let mut c = Command::new(&all[0]);
+            c.args(&all[1..]);
+            c
+        };
+        let out = cmd.output().expect("runs");
+        assert!(
+            out.status.success(),
+            "{all:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn pg_ctl(&self, action: &str) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on -c synchronous_commit=on",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("log").display().to_string();
+        let data = self.data();
+        let mut args =
+            vec!["pg_ctl", action, "-w", "-t", "60", "-D", &data, "-l", &log, "-o", &opts];
+        if action == "restart" {
+            args.extend(["-m", "immediate"]);
+        }
+        self.run(&args, false);
+    }
+
+    /// `pg_ctl restart -m immediate`: every session dies, committed rows stay.
+    pub fn restart_immediate(&self) {
+        self.pg_ctl("restart");
+    }
+
+    /// A URL for database `db`.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Creates database `name` (one per test) and returns its URL.
+    pub fn create_db(&self, name: &str) -> String {
+        let out = Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+            ])
+            .arg(format!("CREATE DATABASE {name}"))
+            .output()
+            .expect("psql runs");
+        assert!(out.status.success(), "create database: {}", String::from_utf8_lossy(&out.stderr));
+        self.url(name)
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let data = self.data();
+        let args = ["pg_ctl", "stop", "-m", "immediate", "-D", data.as_str()];
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).args(args);
+            c
+        } else {
+            let mut c = Command::new(args[0]);
+            c.args(&args[1..]);
+            c
+        };
+        let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}

@@ -1,0 +1,102 @@
+//! Leases: one session per partition, handed over when its holder's connection is killed; a
+//! worker gives back partitions beyond its fair share when another arrives.
+
+use std::time::{Duration, Instant};
+
+use keyorder::store::postgres::{PgOptions, PgStore};
+use keyorder::store::{LeaseSession, Store};
+use keyorder::PartitionId;
+
+use super::endpoint::Endpoint;
+use super::harness::PgServer;
+use super::util::*;
+
+#[test]
+fn one_session_per_partition_and_a_killed_holder_hands_over() {
+    let Some(pg) = PgServer::start("one_session_per_partition") else { return };
+    let url = pg.create_db("leases");
+    block_on(async {
+        let c = migrated(&url).await;
+        let a = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let b = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let mut held = a.acquire(PartitionId(0)).await.unwrap().expect("free partition");
+        assert!(
+            b.acquire(PartitionId(0)).await.unwrap().is_none(),
+            "a second reader got the lease"
+        );
+        assert!(b.acquire(PartitionId(1)).await.unwrap().is_some(), "another partition is free");
+        let killed: bool = c
+            .query_one(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks
+                 WHERE locktype = 'advisory' AND classid = 4711 AND objid = 0 AND objsubid = 2 AND granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(killed);
+        #[allow(clippy::disallowed_methods)] // a test bound in wall time
+        let start = Instant::now();
+        let lease = loop {
+            if let Some(l) = b.acquire(PartitionId(0)).await.unwrap() {
+                break l;
+            }
+            assert!(start.elapsed() < Duration::from_secs(2), "no handover within 2 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(lease.epoch() > held.epoch(), "the new lease has a newer epoch");
+        // The old holder is fenced: its session is gone, so it cannot read the head.
+        assert!(held.fetch_head().await.is_err(), "a killed session still read the head");
+    });
+}
+
+#[test]
+fn a_second_worker_gets_its_fair_share() {
+    let Some(pg) = PgServer::start("a_second_worker_gets_its_fair_share") else { return };
+    let url = pg.create_db("fair");
+    #[allow(clippy::disallowed_methods)]
+    let endpoint = Endpoint::start(Instant::now());
+    block_on(async {
+        let c = migrated(&url).await;
+        let holders = || async {
+            c.query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 4711 AND granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+        };
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let spawn = |name: &str| {
+            let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+            let deliver = keyorder::http::HttpDeliverer::new(
+                keyorder::http::Target::parse(&endpoint.url).unwrap(),
+            );
+            let mut rx = rx.clone();
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            tokio::task::spawn_local(keyorder::worker::run(
+                store,
+                deliver,
+                keyorder::clock::TokioClock::start(),
+                config(name),
+                stop,
+            ))
+        };
+        let first = spawn("first");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(holders().await, 16, "a lone worker holds every partition");
+        let second = spawn("second");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(holders().await, 16, "every partition is held after rebalancing");
+        let _ = tx.send(true);
+        let (r1, r2) = (first.await.unwrap(), second.await.unwrap());
+        assert!(
+            r1.released >= 8,
+            "the first worker gave back its excess at shutdown or rebalance: {r1:?}"
+        );
+        assert!(r2.acquired >= 8, "the second worker took its fair share: {r2:?}");
+    });
+}
