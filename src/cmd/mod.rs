@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 pub(crate) mod db;
 mod plan;
 mod route;
@@ -32,6 +33,8 @@ enum Command {
     Lag(db::LagArgs),
     /// List, show and redrive dead-lettered events.
     Dlq(db::DlqArgs),
+    /// Measure the PostgreSQL store: batch enqueue, drain with 1..8 workers, churn.
+    Bench(bench::BenchArgs),
 }
 
 /// Input the user can fix: reported with exit code 2, like a usage error.
@@ -49,6 +52,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Work(args) => db::work(args),
         Command::Lag(args) => db::lag(args),
         Command::Dlq(args) => db::dlq(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
 

@@ -40,6 +40,10 @@ pub struct PlanArgs {
     /// otherwise).
     #[arg(long)]
     database: Option<String>,
+    /// With --database: first wait up to this many seconds for the queue to drain (producers
+    /// paused), printing the depth as it falls.
+    #[arg(long, requires = "database")]
+    wait_drained: Option<u64>,
 }
 
 /// Whether the live queue may be switched, and why not.
@@ -62,7 +66,12 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         read_sample(path, &mut planner)?;
     }
     let live = match &args.database {
-        Some(url) => Some(super::db::block_on(live_queue(url, args.from, args.drain_rate))??),
+        Some(url) => Some(super::db::block_on(live_queue(
+            url,
+            args.from,
+            args.drain_rate,
+            args.wait_drained,
+        ))??),
         None => None,
     };
     let drain = live.as_ref().map(|(d, _)| d);
@@ -84,10 +93,25 @@ async fn live_queue(
     url: &str,
     from: PartitionCount,
     rate: f64,
+    wait: Option<u64>,
 ) -> anyhow::Result<(DrainInput, Verdict)> {
     let db = super::db::Database { database: url.to_owned() };
     let client = db.client().await?;
     keyorder::store::postgres::schema::require_current(&client).await?;
+    if let Some(secs) = wait {
+        let clock = keyorder::clock::TokioClock::start();
+        let drained = keyorder::store::postgres::queue::wait_until_drained(
+            &client,
+            &clock,
+            std::time::Duration::from_secs(secs),
+            std::time::Duration::from_secs(1),
+            |d| eprintln!("waiting to drain: {d} event(s) still queued"),
+        )
+        .await?;
+        if !drained {
+            eprintln!("not drained after {secs} s: do NOT switch");
+        }
+    }
     let lag = keyorder::store::postgres::queue::lag(&client).await?;
     let split_keys = keyorder::store::postgres::queue::split_keys(&client, 20).await?;
     let mut depth = vec![0u64; usize::from(from.get())];

@@ -106,3 +106,62 @@ fn a_postgres_restart_mid_drain_loses_nothing() {
         );
     });
 }
+
+#[test]
+fn sigterm_finishes_in_flight_work_and_releases_every_lease() {
+    let Some(pg) = PgServer::start("sigterm") else { return };
+    let url = pg.create_db("sigterm");
+    #[allow(clippy::disallowed_methods)]
+    let endpoint = Endpoint::start(Instant::now());
+    endpoint.shared.lock().unwrap().latency = Duration::from_millis(5);
+    block_on(async {
+        let mut c = migrated(&url).await;
+        let keys: Vec<String> = (0..8).map(|i| format!("sub_{i}")).collect();
+        enqueue(&mut c, &events(&keys, 40)).await;
+        let mut w = Command::new(env!("CARGO_BIN_EXE_keyorder"))
+            .args([
+                "work",
+                "--database",
+                &url,
+                "--deliver",
+                &endpoint.url,
+                "--delivery-timeout-ms",
+                "1000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts");
+        wait_arrivals(&endpoint, 20).await;
+        let term =
+            Command::new("kill").args(["-TERM", &w.id().to_string()]).status().expect("kill runs");
+        assert!(term.success());
+        let out = tokio::task::spawn_blocking(move || {
+            let status = w.wait().expect("exits");
+            let mut err = String::new();
+            std::io::Read::read_to_string(w.stderr.as_mut().expect("piped"), &mut err).unwrap();
+            (status, err)
+        })
+        .await
+        .unwrap();
+        assert!(out.0.success(), "exit {:?}: {}", out.0, out.1);
+        assert!(out.1.contains("stopped; leases taken 16, given back 16, lost 0"), "{}", out.1);
+        let held: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 4711",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(held, 0, "every lease was released");
+        // Whatever was delivered was acknowledged: no arrival is still queued undelivered twice.
+        let queued: i64 =
+            c.query_one("SELECT count(*) FROM delivery_queue", &[]).await.unwrap().get(0);
+        assert_eq!(
+            queued as usize + endpoint.arrivals().len(),
+            320,
+            "delivered + queued = enqueued, no redelivery"
+        );
+    });
+}

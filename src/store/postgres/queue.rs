@@ -230,3 +230,32 @@ pub async fn redrive(
     tx.commit().await?;
     Ok(Some(seq))
 }
+
+/// Rows in the queue.
+pub async fn depth(client: &Client) -> Result<i64, StoreError> {
+    Ok(client.query_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0))
+}
+
+/// Waits until the queue is empty (the drain step of drain-and-switch), polling every
+/// `poll` and reporting the depth to `progress`; `false` when `timeout` passed first (do NOT
+/// switch then). Time is the caller's clock.
+pub async fn wait_until_drained(
+    client: &Client,
+    clock: &impl crate::clock::Clock,
+    timeout: std::time::Duration,
+    poll: std::time::Duration,
+    mut progress: impl FnMut(i64),
+) -> Result<bool, StoreError> {
+    let deadline = clock.now().saturating_add(timeout);
+    loop {
+        let d = depth(client).await?;
+        if d == 0 {
+            return Ok(true);
+        }
+        progress(d);
+        if clock.now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(poll).await;
+    }
+}

@@ -1,0 +1,182 @@
+//! `keyorder bench`: throughput of the PostgreSQL store with a no-op deliverer: batch enqueue,
+//! drain with 1, 2, 4, 8 workers over 16 partitions, and drain after a million events have
+//! churned through the table compared with a fresh one. Durable commits (the server's default
+//! `synchronous_commit = on`). Use a throwaway database: it empties the queue tables.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use keyorder::clock::{Clock, TokioClock};
+use keyorder::deliver::{Deliver, DeliverError};
+use keyorder::drain::Head;
+use keyorder::key::Event;
+use keyorder::store::postgres::{queue, schema, PgOptions, PgStore};
+use keyorder::worker::{self, WorkerConfig};
+use keyorder::{PartitionCount, PartitionId, Router, Time};
+use tokio_postgres::Client;
+
+use super::db::{block_on, Database};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    db: Database,
+    /// Events per drain measurement.
+    #[arg(long, default_value_t = 100_000)]
+    events: u64,
+    /// Worker counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    workers: Vec<usize>,
+    /// Events to churn through the table before the second fresh-versus-churned measurement.
+    #[arg(long, default_value_t = 1_000_000)]
+    churn: u64,
+    /// Events in the fresh-versus-churned measurements.
+    #[arg(long, default_value_t = 50_000)]
+    sample: u64,
+    /// Distinct keys the events spread over.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Confirm that the database's queue tables may be emptied.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// Accepts everything at once, counting deliveries.
+#[derive(Clone)]
+struct Noop {
+    delivered: Rc<Cell<u64>>,
+}
+
+impl Deliver for Noop {
+    async fn deliver(&mut self, _: PartitionId, _: &Head, _: u32) -> Result<(), DeliverError> {
+        self.delivered.set(self.delivered.get() + 1);
+        Ok(())
+    }
+}
+
+const PARTITIONS: i64 = 16;
+const BATCH: u64 = 5_000;
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.yes, "keyorder bench empties delivery_queue and delivery_dlq: re-run with --yes on a throwaway database");
+    block_on(async move {
+        let mut c = args.db.client().await?;
+        schema::migrate(&mut c).await?;
+        c.batch_execute("TRUNCATE delivery_queue, delivery_dlq").await?;
+        let clock = TokioClock::start();
+        let mut next = 0u64;
+        let t0 = clock.now();
+        enqueue(&mut c, &mut next, args.events, args.keys).await?;
+        let secs = clock.now().saturating_since(t0).as_secs_f64();
+        println!(
+            "batch enqueue: {} events in {secs:.2} s = {:.0} events/s (batches of {BATCH})",
+            args.events,
+            args.events as f64 / secs
+        );
+        for (i, &w) in args.workers.iter().enumerate() {
+            if i > 0 {
+                enqueue(&mut c, &mut next, args.events, args.keys).await?;
+            }
+            let rate = drain(&args.db.database, &c, w, args.events).await?;
+            println!("drain, {w} worker(s), {PARTITIONS} partitions: {rate:.0} deliveries/s");
+        }
+        let w = args.workers.iter().copied().max().unwrap_or(4);
+        c.batch_execute("VACUUM delivery_queue").await?;
+        enqueue(&mut c, &mut next, args.sample, args.keys).await?;
+        let fresh = drain(&args.db.database, &c, w, args.sample).await?;
+        let mut churned = 0;
+        while churned < args.churn {
+            let n = (args.churn - churned).min(200_000);
+            enqueue(&mut c, &mut next, n, args.keys).await?;
+            drain(&args.db.database, &c, w, n).await?;
+            churned += n;
+            eprintln!("churned {churned} of {}", args.churn);
+        }
+        enqueue(&mut c, &mut next, args.sample, args.keys).await?;
+        let after = drain(&args.db.database, &c, w, args.sample).await?;
+        println!(
+            "drain of {} events, {w} workers: fresh {fresh:.0}/s, after {} churned {after:.0}/s ({:+.1}%)",
+            args.sample,
+            args.churn,
+            (after / fresh - 1.0) * 100.0
+        );
+        Ok(())
+    })?
+}
+
+async fn enqueue(c: &mut Client, next: &mut u64, n: u64, keys: u64) -> anyhow::Result<()> {
+    let router = Router::new(PartitionCount::new(PARTITIONS)?);
+    let mut left = n;
+    while left > 0 {
+        let size = left.min(BATCH);
+        let events: Vec<Event> = (0..size)
+            .map(|i| {
+                let id = *next + i;
+                Event {
+                    event_id: format!("bench-{id}"),
+                    tenant_id: String::new(),
+                    subscription_id: format!("sub_{:06}", id % keys.max(1)),
+                    resource_id: String::new(),
+                    payload: serde_json::json!({"n": id}),
+                }
+            })
+            .collect();
+        queue::enqueue(c, &router, &events, false).await.context("enqueue")?;
+        *next += size;
+        left -= size;
+    }
+    Ok(())
+}
+
+/// Deliveries per second in the steady state: between the 10% and 90% marks of `n`, so that
+/// lease start-up and the last partitions' tails do not count. Returns once the queue is empty.
+async fn drain(url: &str, c: &Client, workers: usize, n: u64) -> anyhow::Result<f64> {
+    let clock = TokioClock::start();
+    let delivered = Rc::new(Cell::new(0u64));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let mut handles = Vec::new();
+    for i in 0..workers {
+        let store = PgStore::new(url, PartitionCount::new(PARTITIONS)?, PgOptions::default())?;
+        let mut cfg = WorkerConfig::new(format!("bench-{i}"));
+        cfg.delivery_timeout = Duration::from_millis(100);
+        cfg.rebalance_every = Duration::from_millis(100);
+        cfg.idle_poll = Duration::from_millis(10);
+        cfg.start_offset = (i * PARTITIONS as usize / workers) as u16;
+        let mut rx = rx.clone();
+        let stop = async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let noop = Noop { delivered: delivered.clone() };
+        handles.push(tokio::task::spawn_local(worker::run(store, noop, clock, cfg, stop)));
+    }
+    let (low, high) = (n / 10, n - n / 10);
+    let (mut t_low, mut t_high): (Option<Time>, Option<Time>) = (None, None);
+    while t_high.is_none() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let d = delivered.get();
+        if t_low.is_none() && d >= low {
+            t_low = Some(clock.now());
+        }
+        if d >= high {
+            t_high = Some(clock.now());
+        }
+    }
+    loop {
+        let depth: i64 = c.query_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0);
+        if depth == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = tx.send(true);
+    for h in handles {
+        h.await?;
+    }
+    let (Some(a), Some(b)) = (t_low, t_high) else {
+        unreachable!("both marks are set before the loop ends")
+    };
+    Ok((high - low) as f64 / b.saturating_since(a).as_secs_f64().max(1e-6))
+}
