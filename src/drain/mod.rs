@@ -19,6 +19,38 @@
 //! * a new lease reads nothing before `takeover_delay` has passed: a previous holder that lost
 //!   its lease without knowing (its session was dropped by a store restart, say) may still
 //!   have one delivery in flight, and that delivery ends within the delivery timeout.
+//!
+//! The run loop a driver writes (here against an in-memory queue whose endpoint accepts
+//! everything; [`crate::worker`] is the real one):
+//!
+//! ```
+//! use std::collections::VecDeque;
+//! use keyorder::drain::{Action, Drain, DrainConfig, Head, Input};
+//! use keyorder::{Epoch, PartitionId, Seq, Time};
+//!
+//! let head = |seq| Head { seq: Seq(seq), event_id: format!("e{seq}"), key: "sub_1".into(),
+//!     payload: "{}".into(), attempts: 0, not_before: None, last_error: None };
+//! let mut queue: VecDeque<Head> = (1..=3).map(head).collect();
+//! let mut delivered = Vec::new();
+//! let mut drain = Drain::new(DrainConfig::new(PartitionId(0), 7));
+//! let now = Time::ZERO;
+//! drain.handle(Input::LeaseAcquired { epoch: Epoch(1) }, now).unwrap();
+//! // After every input: carry out actions until there are none, then wait for the timeout.
+//! while let Some(action) = drain.poll_action() {
+//!     let input = match action {
+//!         Action::FetchHead { .. } => Input::HeadFetched(queue.front().cloned()),
+//!         Action::Deliver { head, .. } => {
+//!             delivered.push(head.seq);
+//!             Input::DeliverySucceeded { seq: head.seq }
+//!         }
+//!         Action::Acknowledge { .. } => { queue.pop_front(); continue; }
+//!         _ => continue,
+//!     };
+//!     drain.handle(input, now).unwrap();
+//! }
+//! assert_eq!(delivered, vec![Seq(1), Seq(2), Seq(3)]);
+//! assert!(drain.poll_timeout().is_some(), "an empty partition polls again later");
+//! ```
 
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -96,7 +96,10 @@ fn plan_database_says_safe_only_when_drained_and_unsplit() {
     let o = keyorder(&["plan", "--from", "16", "--to", "32", "--database", &url], "");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("NOT SAFE") && text(&o).contains("depth 30"), "{}", text(&o));
-    let o = keyorder(&["plan", "--from", "16", "--to", "32", "--database", &url, "--wait-drained", "1"], "");
+    let o = keyorder(
+        &["plan", "--from", "16", "--to", "32", "--database", &url, "--wait-drained", "1"],
+        "",
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("waiting to drain: 30 event(s) still queued"), "{}", text(&o));
     assert!(text(&o).contains("do NOT switch"), "{}", text(&o));
