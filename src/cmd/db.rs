@@ -120,30 +120,31 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
             };
             batch.push(event);
             if batch.len() >= args.batch.max(1) {
-                let report =
-                    queue::enqueue(&mut client, &router, &batch, args.serialise_keys).await?;
-                total += report.inserted;
-                dups += report.duplicates.len();
-                report
-                    .duplicates
-                    .iter()
-                    .for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
-                batch.clear();
-                first_line = no + 1;
+                let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys).await?;
+                (total, dups, first_line) = (total + n, dups + d, no + 1);
             }
         }
-        if !batch.is_empty() {
-            let report = queue::enqueue(&mut client, &router, &batch, args.serialise_keys).await?;
-            total += report.inserted;
-            dups += report.duplicates.len();
-            report
-                .duplicates
-                .iter()
-                .for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
-        }
+        let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys).await?;
+        (total, dups) = (total + n, dups + d);
         println!("enqueued {total} events ({dups} duplicates skipped)");
         Ok(())
     })?
+}
+
+/// Inserts and empties `batch`; returns (inserted, duplicates), naming each duplicate.
+async fn insert(
+    client: &mut Client,
+    router: &Router,
+    batch: &mut Vec<Event>,
+    serialise_keys: bool,
+) -> anyhow::Result<(u64, usize)> {
+    if batch.is_empty() {
+        return Ok((0, 0));
+    }
+    let report = queue::enqueue(client, router, batch, serialise_keys).await?;
+    report.duplicates.iter().for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
+    batch.clear();
+    Ok((report.inserted, report.duplicates.len()))
 }
 
 #[derive(Debug, Args)]

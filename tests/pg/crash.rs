@@ -43,10 +43,16 @@ async fn wait_arrivals(endpoint: &Endpoint, n: usize) {
     }
 }
 
-#[test]
-fn kill_9_of_a_worker_mid_drain_loses_nothing() {
-    let Some(pg) = PgServer::start("kill_9") else { return };
-    let url = pg.create_db("kill9");
+/// Drains 12 keys × 40 events with `workers` worker processes, calls `disrupt` once 120 have
+/// arrived, lets `after` more workers finish the queue, and judges the history.
+fn mid_drain(
+    test: &str,
+    workers: &[&str],
+    after: &[&str],
+    disrupt: impl FnOnce(&PgServer, &mut [Child]),
+) {
+    let Some(pg) = PgServer::start(test) else { return };
+    let url = pg.create_db(test);
     #[allow(clippy::disallowed_methods)]
     let endpoint = Endpoint::start(Instant::now());
     endpoint.shared.lock().unwrap().latency = Duration::from_millis(2);
@@ -55,18 +61,21 @@ fn kill_9_of_a_worker_mid_drain_loses_nothing() {
         let keys: Vec<String> = (0..12).map(|i| format!("sub_{i}")).collect();
         enqueue(&mut c, &events(&keys, 40)).await;
         let enqueued = snapshot(&c).await;
-        let mut first = work(&url, &endpoint.url, "first");
+        let mut running: Vec<Child> =
+            workers.iter().map(|n| work(&url, &endpoint.url, n)).collect();
         wait_arrivals(&endpoint, 120).await;
-        first.kill().expect("SIGKILL");
-        let _ = first.wait();
-        let mut second = work(&url, &endpoint.url, "second");
+        disrupt(&pg, &mut running);
+        running.extend(after.iter().map(|n| work(&url, &endpoint.url, n)));
+        let c = client(&url).await;
         wait_empty(&c, Duration::from_secs(60)).await;
-        second.kill().expect("stop");
-        let _ = second.wait();
+        for w in &mut running {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
         let verdict = check(&history(&c, &enqueued, &endpoint).await);
         assert!(verdict.is_ok(), "{verdict}");
         eprintln!(
-            "kill -9 mid-drain: {} events, {} deliveries, {} duplicates",
+            "{test}: {} events, {} deliveries, {} duplicates",
             verdict.events,
             verdict.deliveries,
             verdict.count(Kind::Duplicate)
@@ -75,36 +84,16 @@ fn kill_9_of_a_worker_mid_drain_loses_nothing() {
 }
 
 #[test]
-fn a_postgres_restart_mid_drain_loses_nothing() {
-    let Some(pg) = PgServer::start("pg_restart") else { return };
-    let url = pg.create_db("restart");
-    #[allow(clippy::disallowed_methods)]
-    let endpoint = Endpoint::start(Instant::now());
-    endpoint.shared.lock().unwrap().latency = Duration::from_millis(2);
-    block_on(async {
-        let mut c = migrated(&url).await;
-        let keys: Vec<String> = (0..12).map(|i| format!("sub_{i}")).collect();
-        enqueue(&mut c, &events(&keys, 40)).await;
-        let enqueued = snapshot(&c).await;
-        let mut a = work(&url, &endpoint.url, "a");
-        let mut b = work(&url, &endpoint.url, "b");
-        wait_arrivals(&endpoint, 120).await;
-        pg.restart_immediate();
-        let c = client(&url).await;
-        wait_empty(&c, Duration::from_secs(60)).await;
-        for w in [&mut a, &mut b] {
-            w.kill().expect("stop");
-            let _ = w.wait();
-        }
-        let verdict = check(&history(&c, &enqueued, &endpoint).await);
-        assert!(verdict.is_ok(), "{verdict}");
-        eprintln!(
-            "restart mid-drain: {} events, {} deliveries, {} duplicates",
-            verdict.events,
-            verdict.deliveries,
-            verdict.count(Kind::Duplicate)
-        );
+fn kill_9_of_a_worker_mid_drain_loses_nothing() {
+    mid_drain("kill_9", &["first"], &["second"], |_, running| {
+        running[0].kill().expect("SIGKILL");
+        let _ = running[0].wait();
     });
+}
+
+#[test]
+fn a_postgres_restart_mid_drain_loses_nothing() {
+    mid_drain("pg_restart", &["a", "b"], &[], |pg, _| pg.restart_immediate());
 }
 
 #[test]
