@@ -149,6 +149,19 @@ proptest! {
     }
 
     #[test]
+    fn an_injected_stuck_head_is_reported_as_stall(h in history(), pick in any::<usize>()) {
+        let mut h = h;
+        // One event never left the queue, and the history ends long after it was enqueued.
+        let seq = h.enqueued[pick % h.enqueued.len()].seq;
+        h.deliveries.retain(|d| d.seq != seq || d.outcome != Outcome::Accepted);
+        h.acks.retain(|a| a.seq != seq);
+        h.dead_letters.retain(|d| d.seq != seq);
+        h.queued_at_end.push(seq);
+        h.end = h.end.saturating_add(std::time::Duration::from_secs(60));
+        prop_assert_eq!(violated(&h), vec![Kind::Stall]);
+    }
+
+    #[test]
     fn an_injected_overlap_is_reported_as_concurrent(h in history(), pick in any::<usize>()) {
         let mut h = h;
         let n = h.deliveries.len();

@@ -54,6 +54,7 @@ struct Verdict {
     depth: i64,
     oldest_wait_seconds: f64,
     split_keys: Vec<keyorder::store::postgres::queue::SplitKey>,
+    partitions: Vec<keyorder::store::postgres::queue::PartitionLag>,
 }
 
 fn parse_count(text: &str) -> Result<PartitionCount, String> {
@@ -142,6 +143,7 @@ async fn live_queue(
         depth: total,
         oldest_wait_seconds: oldest,
         split_keys,
+        partitions: lag,
     };
     Ok((DrainInput { depth, rate_per_partition: rate }, verdict))
 }
@@ -157,6 +159,12 @@ fn print(plan: &Plan, verdict: Option<&Verdict>, json: bool) -> anyhow::Result<(
     }
     print!("{}", plan.report());
     if let Some(v) = verdict {
+        for l in &v.partitions {
+            println!(
+                "live p{:<5} depth {:>8}  oldest wait {:>8.1} s  keys {:>6}  head attempts {}",
+                l.partition, l.depth, l.oldest_wait_seconds, l.keys_affected, l.head_attempts
+            );
+        }
         if v.safe {
             println!("verdict: SAFE TO SWITCH (queue empty, no split keys)");
         } else {

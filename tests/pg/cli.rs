@@ -80,6 +80,9 @@ fn bad_input_is_refused_clearly_and_nothing_is_lost() {
     let o = keyorder(&["work", "--database", &url, "--deliver", "ftp://x/"], "");
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("http://"), "{}", text(&o));
+    let serialised = "{\"event_id\":\"e3\",\"subscription_id\":\"sub_2\"}\n";
+    let o = keyorder(&["enqueue", "--database", &url, "--serialise-keys"], serialised);
+    assert!(text(&o).contains("enqueued 1 events"), "{}", text(&o));
     let o = keyorder(&["lag", "--database", &url, "--prom"], "");
     assert!(text(&o).contains("keyorder_partition_depth{partition="), "{}", text(&o));
 }

@@ -47,4 +47,39 @@ fn a_poison_event_is_dead_lettered_after_exactly_max_attempts() {
         assert!(verdict.is_ok(), "{verdict}");
         assert_eq!(verdict.count(Kind::Gap), 1, "the dead-letter is a counted gap");
     });
+    // The dead-letter commands: list and show it; redrive only with the gap acknowledged.
+    let keyorder = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_keyorder"))
+            .args(args)
+            .output()
+            .expect("runs");
+        (
+            o.status.code(),
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+        )
+    };
+    let (code, out) = keyorder(&["dlq", "--database", &url, "list"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("sub_p-0") && out.contains("exhausted after 4 attempts"), "{out}");
+    let id = out.split_whitespace().next().expect("an id").to_owned();
+    let (code, out) = keyorder(&["dlq", "--database", &url, "show", &id]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("\"payload\""), "{out}");
+    let (code, out) = keyorder(&["dlq", "--database", &url, "redrive", &id]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("ordering gap"), "{out}");
+    let (code, out) = keyorder(&["dlq", "--database", &url, "redrive", &id, "--accept-gap"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("at the tail"), "{out}");
+    let (code, _) = keyorder(&["dlq", "--database", &url, "show", &id]);
+    assert_eq!(code, Some(2), "the redriven row left the dead-letter table");
+    block_on(async {
+        let c = client(&url).await;
+        let back: i64 = c
+            .query_one("SELECT count(*) FROM delivery_queue WHERE event_id = 'sub_p-0'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(back, 1, "the redriven event is queued again");
+    });
 }

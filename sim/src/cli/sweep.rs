@@ -39,10 +39,18 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     #[allow(clippy::disallowed_methods)] // wall time of the sweep, reported; never simulated
     let started = std::time::Instant::now();
     let scenario_for = |seed| args.source.for_seed(&loaded, seed);
+    let plain = !args.json && !std::io::stderr().is_terminal();
+    let total = seeds.len() as u64;
+    let done = std::sync::atomic::AtomicU64::new(0);
     let outcomes = sweep(&seeds, &scenario_for, jobs, &|o| {
         bar.inc(1);
         if !o.verdict.is_ok() {
             bar.println(format!("seed {} VIOLATED: {:?}", o.seed, o.verdict.violated()));
+        }
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        // Not a terminal: a plain line at every tenth of the sweep instead of a bar.
+        if plain && (n * 10 / total.max(1) != (n - 1) * 10 / total.max(1) || n == total) {
+            eprintln!("progress: {n}/{total} seeds");
         }
     })?;
     bar.finish_and_clear();
