@@ -195,6 +195,23 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
     config.delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
     config.idle_poll = Duration::from_millis(args.idle_poll_ms);
     config.rng_seed = std::process::id().into();
+    let name = args.name.clone();
+    config.observer = Some(worker::Observer(std::rc::Rc::new(move |e: &worker::WorkerEvent| {
+        use worker::WorkerEvent as E;
+        match e {
+            E::Acquired { partition, epoch } => {
+                eprintln!("{name}: leased partition {partition} (epoch {epoch})")
+            }
+            E::Released { partition } => eprintln!("{name}: gave back partition {partition}"),
+            E::Lost { partition, error } => {
+                eprintln!("{name}: LOST partition {partition}: {error}")
+            }
+            E::StoreUnavailable { error } => {
+                eprintln!("{name}: store unavailable, reconnecting: {error}")
+            }
+            _ => {}
+        }
+    })));
     block_on(async move {
         let client = args.db.client().await?;
         schema::require_current(&client).await?;

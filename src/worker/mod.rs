@@ -55,6 +55,8 @@ pub struct WorkerConfig {
     /// How long a new lease waits before its first read; `None` means the delivery timeout,
     /// the least that is safe (see [`DrainConfig::takeover_delay`]).
     pub takeover_delay: Option<Duration>,
+    /// Where lease changes and store failures are reported, if anywhere.
+    pub observer: Option<Observer>,
 }
 
 impl WorkerConfig {
@@ -70,6 +72,7 @@ impl WorkerConfig {
             rng_seed: 0,
             start_offset: 0,
             takeover_delay: None,
+            observer: None,
         }
     }
 }
@@ -83,6 +86,58 @@ pub struct WorkerReport {
     pub released: u64,
     /// Leases lost to store errors.
     pub lost: u64,
+}
+
+/// Something an operator wants to see, reported as it happens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerEvent {
+    /// A partition's lease was taken.
+    Acquired {
+        /// The partition.
+        partition: PartitionId,
+        /// The lease's epoch.
+        epoch: crate::ids::Epoch,
+    },
+    /// A partition was given back (rebalancing or shutdown).
+    Released {
+        /// The partition.
+        partition: PartitionId,
+    },
+    /// A partition's lease was lost to a store error; another worker may take it.
+    Lost {
+        /// The partition.
+        partition: PartitionId,
+        /// What failed, with its causes.
+        error: String,
+    },
+    /// The membership session failed; the worker reconnects after a pause.
+    StoreUnavailable {
+        /// What failed, with its causes.
+        error: String,
+    },
+}
+
+/// Receives [`WorkerEvent`]s (logging, metrics). Called on the worker's thread; must not block.
+#[derive(Clone)]
+pub struct Observer(pub std::rc::Rc<dyn Fn(&WorkerEvent)>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// A partition task's handle: `Some` while it runs, `None` once a release was requested.
@@ -110,7 +165,8 @@ where
     loop {
         let pause = match worker.turn(&mut control, &mut report).await {
             Ok(()) => worker.config.rebalance_every,
-            Err(_) => {
+            Err(err) => {
+                worker.observe(WorkerEvent::StoreUnavailable { error: chain(&err) });
                 control = None;
                 worker.config.reconnect_after
             }
@@ -179,8 +235,15 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
         Ok(())
     }
 
+    fn observe(&self, event: WorkerEvent) {
+        if let Some(o) = &self.config.observer {
+            (o.0)(&event);
+        }
+    }
+
     fn spawn(&mut self, lease: S::Lease) {
         let partition = lease.partition();
+        self.observe(WorkerEvent::Acquired { partition, epoch: lease.epoch() });
         let (tx, rx) = oneshot::channel();
         let seed = self.config.rng_seed
             ^ (u64::from(partition.0) << 32)
@@ -210,10 +273,12 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
             Ok(PartitionExit::Released(p)) => {
                 report.released += 1;
                 self.owned.remove(&p);
+                self.observe(WorkerEvent::Released { partition: p });
             }
-            Ok(PartitionExit::Lost(p, _)) => {
+            Ok(PartitionExit::Lost(p, err)) => {
                 report.lost += 1;
                 self.owned.remove(&p);
+                self.observe(WorkerEvent::Lost { partition: p, error: chain(&err) });
             }
             // A partition task panicked: that is a bug; surface it rather than hide it.
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),

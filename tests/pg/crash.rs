@@ -135,6 +135,11 @@ fn sigterm_finishes_in_flight_work_and_releases_every_lease() {
         .unwrap();
         assert!(out.0.success(), "exit {:?}: {}", out.0, out.1);
         assert!(out.1.contains("stopped; leases taken 16, given back 16, lost 0"), "{}", out.1);
+        assert!(
+            out.1.contains("leased partition 0 (epoch") && out.1.contains("gave back partition 0"),
+            "{}",
+            out.1
+        );
         let held: i64 = c
             .query_one(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 4711",
