@@ -23,7 +23,8 @@ pub struct PlanArgs {
     #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     to: PartitionCount,
     /// A key sample: CSV lines `key[,weight]` or JSON lines `{"key": .., "weight": ..}`;
-    /// `-` reads standard input. Weight defaults to 1 (use events/s for load figures).
+    /// `-` reads standard input. Weight defaults to 1 (use events/s for load figures). Without
+    /// it, --database uses the queued keys, weighted by their queued events.
     #[arg(long)]
     keys: Option<PathBuf>,
     /// Workers, for the over-provisioned alternative (keep the count, assign partitions).
@@ -75,6 +76,14 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         ))??),
         None => None,
     };
+    if let (None, Some(url)) = (&args.keys, &args.database) {
+        // No sample given: the queued keys are the sample, weighted by their queued events.
+        let keys = super::db::block_on(queued_keys(url))??;
+        let (k, w): (Vec<String>, Vec<f64>) = keys.into_iter().unzip();
+        for (ks, ws) in k.chunks(BATCH).zip(w.chunks(BATCH)) {
+            planner.add_batch(ks, ws)?;
+        }
+    }
     let drain = live.as_ref().map(|(d, _)| d);
     let plan = planner.finish(args.workers, drain);
     let verdict = live.map(|(_, v)| v);
@@ -83,6 +92,18 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         Some(v) if !v.safe => Err(NotSafe.into()),
         _ => Ok(()),
     }
+}
+
+/// The keys queued now, each weighted by its queued events.
+async fn queued_keys(url: &str) -> anyhow::Result<Vec<(String, f64)>> {
+    let client = super::db::Database { database: url.to_owned() }.client().await?;
+    let rows = client
+        .query(
+            "SELECT partition_key, count(*)::float8 FROM delivery_queue GROUP BY 1 ORDER BY 1",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// The plan is fine but the live queue is not safe to switch: exit 1, the report said why.

@@ -99,6 +99,11 @@ fn plan_database_says_safe_only_when_drained_and_unsplit() {
     let o = keyorder(&["plan", "--from", "16", "--to", "32", "--database", &url], "");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("NOT SAFE") && text(&o).contains("depth 30"), "{}", text(&o));
+    assert!(
+        text(&o).contains("keys in sample        7 (total weight 30.0)"),
+        "the queued keys are the sample: {}",
+        text(&o)
+    );
     let o = keyorder(
         &["plan", "--from", "16", "--to", "32", "--database", &url, "--wait-drained", "1"],
         "",
