@@ -1,6 +1,6 @@
 //! `keyorder bench`: throughput of the PostgreSQL store with a no-op deliverer: batch enqueue,
 //! drain with 1, 2, 4, 8 workers over 16 partitions, and drain after a million events have
-//! churned through the table compared with a fresh one. Durable commits (the server's default
+//! churned through the table compared with a fresh (truncated) one, best of three each. Durable commits (the server's default
 //! `synchronous_commit = on`). Use a throwaway database: it empties the queue tables.
 
 use std::cell::Cell;
@@ -84,9 +84,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             println!("drain, {w} worker(s), {PARTITIONS} partitions: {rate:.0} deliveries/s");
         }
         let w = args.workers.iter().copied().max().unwrap_or(4);
-        c.batch_execute("VACUUM delivery_queue").await?;
-        enqueue(&mut c, &mut next, args.sample, args.keys).await?;
-        let fresh = drain(&args.db.database, &c, w, args.sample).await?;
+        c.batch_execute("TRUNCATE delivery_queue").await?;
+        let fresh = best_of(3, &mut c, &mut next, &args, w).await?;
         let mut churned = 0;
         while churned < args.churn {
             let n = (args.churn - churned).min(200_000);
@@ -95,16 +94,31 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             churned += n;
             eprintln!("churned {churned} of {}", args.churn);
         }
-        enqueue(&mut c, &mut next, args.sample, args.keys).await?;
-        let after = drain(&args.db.database, &c, w, args.sample).await?;
+        let after = best_of(3, &mut c, &mut next, &args, w).await?;
         println!(
-            "drain of {} events, {w} workers: fresh {fresh:.0}/s, after {} churned {after:.0}/s ({:+.1}%)",
+            "drain of {} events (best of 3), {w} workers: fresh {fresh:.0}/s, after {} churned {after:.0}/s ({:+.1}%)",
             args.sample,
             args.churn,
             (after / fresh - 1.0) * 100.0
         );
         Ok(())
     })?
+}
+
+/// The best of `n` drains of `args.sample` events: short runs are noisy on a shared machine.
+async fn best_of(
+    n: usize,
+    c: &mut Client,
+    next: &mut u64,
+    args: &BenchArgs,
+    workers: usize,
+) -> anyhow::Result<f64> {
+    let mut best = 0.0f64;
+    for _ in 0..n {
+        enqueue(c, next, args.sample, args.keys).await?;
+        best = best.max(drain(&args.db.database, c, workers, args.sample).await?);
+    }
+    Ok(best)
 }
 
 async fn enqueue(c: &mut Client, next: &mut u64, n: u64, keys: u64) -> anyhow::Result<()> {
