@@ -53,6 +53,20 @@ pub enum StoreRequest {
     Ping,
 }
 
+impl StoreRequest {
+    /// The lease a request is fenced by, if it is a statement on a leased partition.
+    pub fn fence(&self) -> Option<(PartitionId, Epoch)> {
+        match self {
+            StoreRequest::Unlock { partition, epoch }
+            | StoreRequest::FetchHead { partition, epoch }
+            | StoreRequest::Ack { partition, epoch, .. }
+            | StoreRequest::Retry { partition, epoch, .. }
+            | StoreRequest::DeadLetter { partition, epoch, .. } => Some((*partition, *epoch)),
+            _ => None,
+        }
+    }
+}
+
 /// The store's answer.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum StoreResponse {

@@ -216,7 +216,8 @@ impl StoreState {
             || self.volatile.locks.get(&(partition, session)) == Some(&epoch)
     }
 
-    /// Answers one request of `session` at time `now`.
+    /// Answers one request of `session` at time `at`. A fenced request (one that names a
+    /// partition and epoch) is refused unless this session holds that lease.
     fn handle(
         &mut self,
         session: u64,
@@ -225,6 +226,11 @@ impl StoreState {
         rec: &SharedRecorder,
     ) -> StoreResponse {
         use StoreRequest as R;
+        if let Some((partition, epoch)) = req.fence() {
+            if !self.fenced(session, partition, epoch) {
+                return StoreResponse::NotHeld;
+            }
+        }
         match req {
             R::Register { worker } => {
                 rec.borrow_mut().log(
@@ -246,24 +252,13 @@ impl StoreState {
             R::Ping => StoreResponse::Ok,
             R::TryLock { partition, worker } => self.try_lock(session, partition, worker, rec),
             R::Unlock { partition, epoch } => {
-                if !self.fenced(session, partition, epoch) {
-                    return StoreResponse::NotHeld;
-                }
                 self.volatile.locks.remove(&(partition, session));
                 let worker = self.session(session).holder.clone().unwrap_or_default();
                 lease_change(&mut rec.borrow_mut(), partition, worker, epoch, LeaseEvent::Released);
                 StoreResponse::Ok
             }
-            R::FetchHead { partition, epoch } => {
-                if !self.fenced(session, partition, epoch) {
-                    return StoreResponse::NotHeld;
-                }
-                StoreResponse::Head(self.head(partition, at))
-            }
-            R::Ack { partition, epoch, seq } => {
-                if !self.fenced(session, partition, epoch) {
-                    return StoreResponse::NotHeld;
-                }
+            R::FetchHead { partition, .. } => StoreResponse::Head(self.head(partition, at)),
+            R::Ack { partition, seq, .. } => {
                 if let Some(row) = self.durable.dequeue(partition, seq) {
                     let mut rec = rec.borrow_mut();
                     rec.history.acks.push(Acked { seq: row.origin, at });
@@ -271,51 +266,19 @@ impl StoreState {
                 }
                 StoreResponse::Ok
             }
-            R::Retry { partition, epoch, seq, attempts, retry_in_us, error } => {
-                if !self.fenced(session, partition, epoch) {
-                    return StoreResponse::NotHeld;
-                }
-                let requeue = self.durable.breaks.requeue_at_tail;
-                let Some(row) = self.durable.rows.get_mut(&(partition, seq)) else {
-                    return StoreResponse::Ok;
-                };
-                row.attempts = attempts;
-                row.not_before = Some(at.saturating_add(Duration::from_micros(retry_in_us)));
-                row.last_error = Some(error);
-                if requeue {
-                    let row = self.durable.dequeue(partition, seq).expect("found above");
-                    self.durable.next_seq += 1;
-                    let tail = Seq(self.durable.next_seq);
-                    rec.borrow_mut().log(
-                        at,
-                        "store",
-                        format_args!("requeue p{partition} seq={seq} at the tail as seq={tail}"),
-                    );
-                    self.durable.queue(partition, tail, row);
-                }
+            R::Retry { partition, seq, attempts, retry_in_us, error, .. } => {
+                self.retry(
+                    partition,
+                    seq,
+                    attempts,
+                    at.saturating_add(Duration::from_micros(retry_in_us)),
+                    error,
+                    rec,
+                );
                 StoreResponse::Ok
             }
-            R::DeadLetter { partition, epoch, seq, reason, .. } => {
-                if !self.fenced(session, partition, epoch) {
-                    return StoreResponse::NotHeld;
-                }
-                if let Some(row) = self.durable.dequeue(partition, seq) {
-                    let mut rec = rec.borrow_mut();
-                    rec.log(
-                        at,
-                        "store",
-                        format_args!(
-                            "dead-letter p{partition} seq={seq} {}: {reason}",
-                            row.event_id
-                        ),
-                    );
-                    rec.history.dead_letters.push(DeadLettered {
-                        seq: row.origin,
-                        reason: reason.clone(),
-                        at,
-                    });
-                    self.durable.dead.push((seq, row, reason));
-                }
+            R::DeadLetter { partition, seq, reason, .. } => {
+                self.dead_letter(partition, seq, reason, at, rec);
                 StoreResponse::Ok
             }
             R::Insert { event_id, key, partition, layout } => {
@@ -323,6 +286,53 @@ impl StoreState {
             }
             R::Commit => self.commit(session, at, rec),
         }
+    }
+
+    /// Records a failed attempt; the `requeue-at-tail` design also moves the row to the tail.
+    fn retry(
+        &mut self,
+        partition: PartitionId,
+        seq: Seq,
+        attempts: u32,
+        not_before: Time,
+        error: String,
+        rec: &SharedRecorder,
+    ) {
+        let Some(row) = self.durable.rows.get_mut(&(partition, seq)) else { return };
+        row.attempts = attempts;
+        row.not_before = Some(not_before);
+        row.last_error = Some(error);
+        if self.durable.breaks.requeue_at_tail {
+            let row = self.durable.dequeue(partition, seq).expect("found above");
+            self.durable.next_seq += 1;
+            let tail = Seq(self.durable.next_seq);
+            rec.borrow_mut().log(
+                now(),
+                "store",
+                format_args!("requeue p{partition} seq={seq} at the tail as seq={tail}"),
+            );
+            self.durable.queue(partition, tail, row);
+        }
+    }
+
+    /// Moves a row to the dead-letter table, in one step.
+    fn dead_letter(
+        &mut self,
+        partition: PartitionId,
+        seq: Seq,
+        reason: String,
+        at: Time,
+        rec: &SharedRecorder,
+    ) {
+        let Some(row) = self.durable.dequeue(partition, seq) else { return };
+        let mut rec = rec.borrow_mut();
+        rec.log(
+            at,
+            "store",
+            format_args!("dead-letter p{partition} seq={seq} {}: {reason}", row.event_id),
+        );
+        rec.history.dead_letters.push(DeadLettered { seq: row.origin, reason: reason.clone(), at });
+        self.durable.dead.push((seq, row, reason));
     }
 
     fn session(&mut self, id: u64) -> &mut Session {
