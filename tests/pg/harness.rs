@@ -62,7 +62,22 @@ impl PgServer {
             &["initdb", "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "-D"],
             true,
         );
-        server.pg_ctl("start");
+        // Another test may take the free port between our probe and the server's bind: retry
+        // on a fresh port a few times before giving up.
+        let mut server = server;
+        for attempt in 0.. {
+            match server.try_pg_ctl("start") {
+                Ok(()) => break,
+                Err(e) if attempt < 4 => {
+                    eprintln!(
+                        "PostgreSQL did not start on port {} ({e}); retrying on another",
+                        server.port
+                    );
+                    server.port = free_port();
+                }
+                Err(e) => panic!("PostgreSQL did not start: {e}"),
+            }
+        }
         Some(server)
     }
 
@@ -71,6 +86,12 @@ impl PgServer {
     }
 
     fn run(&self, args: &[&str], with_data: bool) {
+        if let Err(e) = self.try_run(args, with_data) {
+            panic!("{e}");
+        }
+    }
+
+    fn try_run(&self, args: &[&str], with_data: bool) -> Result<(), String> {
         let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         if with_data {
             all.push(self.data());
@@ -84,16 +105,21 @@ impl PgServer {
             c.args(&all[1..]);
             c
         };
-        let out = cmd.output().expect("runs");
-        assert!(
-            out.status.success(),
-            "{all:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = cmd.output().map_err(|e| format!("{all:?}: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        Err(format!("{all:?} failed: {o}{e}"))
     }
 
     fn pg_ctl(&self, action: &str) {
+        if let Err(e) = self.try_pg_ctl(action) {
+            panic!("{e}");
+        }
+    }
+
+    fn try_pg_ctl(&self, action: &str) -> Result<(), String> {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on -c synchronous_commit=on",
             self.port,
@@ -106,7 +132,7 @@ impl PgServer {
         if action == "restart" {
             args.extend(["-m", "immediate"]);
         }
-        self.run(&args, false);
+        self.try_run(&args, false)
     }
 
     /// `pg_ctl restart -m immediate`: every session dies, committed rows stay.
