@@ -5,7 +5,7 @@
 //!   never pooled; every head read, acknowledgement, retry and dead-letter of that partition
 //!   goes through the same connection, so a worker whose session died cannot advance it.
 //! * **Membership**: each worker holds `pg_advisory_lock(4712, pg_backend_pid())` on its
-//!   control connection; live workers are counted from `pg_locks`.
+//!   control connection; live workers are counted from `pg_locks`, in this database only.
 //! * **Draining**: heads are read `seq > cursor` (the last acknowledged seq), a bounded batch
 //!   ahead; delivery stays one at a time. A full read without the cursor runs when the cursor
 //!   read finds nothing and at least every `full_scan_every`, so a row that committed late
@@ -145,7 +145,8 @@ impl ControlSession for PgControl {
             .client
             .query_one(
                 "SELECT count(*) FROM pg_locks
-                 WHERE locktype = 'advisory' AND classid = $1::int::oid AND objsubid = 2 AND granted",
+                 WHERE locktype = 'advisory' AND classid = $1::int::oid AND objsubid = 2 AND granted
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
                 &[&MEMBER_NAMESPACE],
             )
             .await?;
