@@ -391,6 +391,30 @@ impl SimDeliver {
     }
 }
 
+/// Writes the worker's own view of its leases into the trace (the store's view is there too):
+/// a lost lease shows the error that told the worker.
+fn trace_observer(name: Rc<str>, rec: SharedRecorder) -> worker::Observer {
+    worker::Observer(Rc::new(move |e: &worker::WorkerEvent| {
+        use worker::WorkerEvent as E;
+        let mut rec = rec.borrow_mut();
+        match e {
+            E::Acquired { partition, epoch } => {
+                rec.log(now(), &name, format_args!("leased p{partition} epoch {epoch}"))
+            }
+            E::Released { partition } => {
+                rec.log(now(), &name, format_args!("gave back p{partition}"))
+            }
+            E::Lost { partition, error } => {
+                rec.log(now(), &name, format_args!("lost p{partition}: {error}"))
+            }
+            E::StoreUnavailable { error } => {
+                rec.log(now(), &name, format_args!("store unavailable: {error}"))
+            }
+            _ => {}
+        }
+    }))
+}
+
 /// Everything a worker host is built from: its configuration and the run's shared planes.
 #[derive(Clone)]
 pub struct WorkerHost {
@@ -418,6 +442,8 @@ impl WorkerHost {
             Box::pin(async move {
                 let name: Rc<str> = this.config.name.as_str().into();
                 this.rec.borrow_mut().log(now(), &name, format_args!("starts"));
+                let mut config = this.config.clone();
+                config.observer = Some(trace_observer(name.clone(), this.rec.clone()));
                 let store = SimStore {
                     worker: name.clone(),
                     control: this.control.clone(),
@@ -432,8 +458,8 @@ impl WorkerHost {
                     connect_timeout: this.request_timeout,
                     parallel: this.parallel,
                 };
-                worker::run(store, deliver, SimClock, this.config.clone(), std::future::pending())
-                    .await;
+
+                worker::run(store, deliver, SimClock, config, std::future::pending()).await;
                 Ok(())
             })
         }
