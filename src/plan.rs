@@ -480,9 +480,11 @@ impl Plan {
         );
         let _ = writeln!(
             out,
-            "online (no write pause): producers and workers switch at once; the {} moving keys are each held until their old partition has delivered what was queued at the switch ({hold}); workers lease {} partitions meanwhile",
+            "online (no write pause): producers and workers switch at once; the {} moving keys are each held until their old partition has delivered what was queued at the switch ({hold}); workers lease {} partitions meanwhile; `keyorder switch --from {} --to {} --producers-follow`",
             self.online.held_keys,
-            self.from.max(self.to)
+            self.from.max(self.to),
+            self.from,
+            self.to
         );
         out
     }

@@ -262,6 +262,48 @@ async fn shutdown(after: Option<u64>) {
 }
 
 #[derive(Debug, Args)]
+pub struct SwitchArgs {
+    #[command(flatten)]
+    db: Database,
+    /// The partition count in force.
+    #[arg(long, value_parser = parse_count)]
+    from: PartitionCount,
+    /// The partition count to switch to.
+    #[arg(long, value_parser = parse_count)]
+    to: PartitionCount,
+    /// Confirm that every producer enqueues through `keyorder enqueue` (or writes the layout
+    /// column from `keyorder_layout`): one that keeps routing with the old count splits keys.
+    #[arg(long)]
+    producers_follow: bool,
+}
+
+pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
+    if !args.producers_follow {
+        return Err(BadInput(
+            "an online switch is safe only if every producer routes with the new layout at once: \
+             confirm with --producers-follow that all of them enqueue through keyorder"
+                .into(),
+        )
+        .into());
+    }
+    block_on(async {
+        let mut client = args.db.client().await?;
+        schema::require_current(&client).await?;
+        let layout = queue::switch_online(&mut client, args.from, args.to)
+            .await
+            .map_err(|e| BadInput(format!("switch refused: {e}")))?;
+        println!(
+            "layout {} in force: producers route with {} partitions now; workers lease {} until the \
+             rows of the old layout are gone; each moving key waits for its old partition (no write pause)",
+            layout.epoch,
+            args.to,
+            args.from.max(args.to)
+        );
+        Ok(())
+    })?
+}
+
+#[derive(Debug, Args)]
 pub struct LagArgs {
     #[command(flatten)]
     db: Database,

@@ -35,6 +35,8 @@ enum Command {
     Dlq(db::DlqArgs),
     /// Measure the PostgreSQL store: batch enqueue, drain with 1..8 workers, churn.
     Bench(bench::BenchArgs),
+    /// Change the partition count online (no write pause): a new layout with a per-key barrier.
+    Switch(db::SwitchArgs),
 }
 
 /// Input the user can fix: reported with exit code 2, like a usage error.
@@ -53,6 +55,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lag(args) => db::lag(args),
         Command::Dlq(args) => db::dlq(args),
         Command::Bench(args) => bench::run(args),
+        Command::Switch(args) => db::switch(args),
     }
 }
 

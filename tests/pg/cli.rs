@@ -124,3 +124,38 @@ fn plan_database_says_safe_only_when_drained_and_unsplit() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("NOT SAFE") && text(&o).contains("sub_split"), "{}", text(&o));
 }
+
+#[test]
+fn an_online_switch_needs_consent_and_the_count_in_force() {
+    let Some(pg) = PgServer::start("cli_switch") else { return };
+    let url = pg.create_db("switch");
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    let o = keyorder(&["switch", "--database", &url, "--from", "16", "--to", "32"], "");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("--producers-follow"), "{}", text(&o));
+    let o = keyorder(
+        &["switch", "--database", &url, "--from", "16", "--to", "32", "--producers-follow"],
+        "",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("layout 1 in force"), "{}", text(&o));
+    // Producers now route with 32: a key's row lands on its 32-partition.
+    assert!(keyorder(
+        &["enqueue", "--database", &url],
+        "{\"event_id\":\"e1\",\"subscription_id\":\"sub_42\"}\n"
+    )
+    .status
+    .success());
+    let expected =
+        keyorder::partition_for("sub_42", keyorder::PartitionCount::new(32).unwrap()).0.to_string();
+    assert_eq!(
+        psql(&pg, "switch", "SELECT partition || ',' || layout FROM delivery_queue"),
+        format!("{expected},1")
+    );
+    let o = keyorder(
+        &["switch", "--database", &url, "--from", "16", "--to", "64", "--producers-follow"],
+        "",
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("the count in force is 32"), "{}", text(&o));
+}

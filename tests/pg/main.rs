@@ -8,5 +8,6 @@ mod cli;
 mod compat;
 mod crash;
 mod leases;
+mod online;
 mod ordering;
 mod poison;

@@ -20,6 +20,7 @@ use tokio_postgres::{Client, Config, NoTls};
 
 use crate::clock::{Clock, TokioClock};
 use crate::ids::{Epoch, PartitionId, Seq, Time};
+use crate::migrate::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
 use crate::store::{ControlSession, LeaseSession, Store, StoreError, StoredHead};
 
@@ -135,6 +136,7 @@ impl Store for PgStore {
             oldest_ack: None,
             heard_at: now,
             full_scan_at: now,
+            held: false,
         }))
     }
 }
@@ -154,7 +156,8 @@ impl ControlSession for PgControl {
     }
 
     async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
-        Ok(self.count)
+        // After an online switch the layout table is the source of the count.
+        Ok(queue::consumer_count(&self.client).await?.unwrap_or(self.count))
     }
 }
 
@@ -176,10 +179,16 @@ pub struct PgLease {
     /// When the session last answered.
     heard_at: Time,
     full_scan_at: Time,
+    /// The head read last was held by the barrier: read it again next time.
+    held: bool,
 }
 
+/// The head columns, and whether the online repartition's per-key barrier holds the row (an
+/// older-layout row of its key is still queued).
 const HEAD_COLUMNS: &str = "seq, event_id, partition_key, payload::text, attempts::int4,
-    GREATEST(EXTRACT(EPOCH FROM (not_before - now())), 0)::float8, last_error";
+    GREATEST(EXTRACT(EPOCH FROM (not_before - now())), 0)::float8, last_error,
+    (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
+       WHERE o.partition_key = q.partition_key AND o.layout < q.layout))";
 
 impl PgLease {
     fn p(&self) -> i16 {
@@ -209,25 +218,35 @@ impl PgLease {
 
     async fn read_ahead(&mut self, from: i64) -> Result<(), StoreError> {
         let sql = format!(
-            "SELECT {HEAD_COLUMNS} FROM delivery_queue WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+            "SELECT {HEAD_COLUMNS} FROM delivery_queue q WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         );
         let rows = self.client.query(&sql, &[&self.p(), &from, &self.options.read_ahead]).await?;
         self.heard();
-        self.ahead = rows
-            .iter()
-            .map(|r| {
-                let wait: f64 = r.get(5);
-                StoredHead {
-                    seq: Seq(r.get(0)),
-                    event_id: r.get(1),
-                    key: r.get(2),
-                    payload: r.get(3),
-                    attempts: r.get::<_, i32>(4).max(0) as u32,
-                    wait: (wait > 0.0).then(|| Duration::from_secs_f64(wait)),
-                    last_error: r.get(6),
-                }
-            })
-            .collect();
+        self.ahead.clear();
+        self.held = false;
+        for r in &rows {
+            let wait: f64 = r.get(5);
+            let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
+            let held: bool = r.get(7);
+            if held {
+                // The barrier holds this row: it comes back as a short wait (no attempt is
+                // spent), and nothing behind it is read ahead, so the next look re-reads it.
+                wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
+            }
+            self.ahead.push_back(StoredHead {
+                seq: Seq(r.get(0)),
+                event_id: r.get(1),
+                key: r.get(2),
+                payload: r.get(3),
+                attempts: r.get::<_, i32>(4).max(0) as u32,
+                wait,
+                last_error: r.get(6),
+            });
+            if held {
+                self.held = true;
+                break;
+            }
+        }
         Ok(())
     }
 }
@@ -244,7 +263,7 @@ impl LeaseSession for PgLease {
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
         let now = self.clock.now();
         let fresh = now.saturating_since(self.heard_at) < self.options.ack_delay;
-        if fresh && !self.ahead.is_empty() {
+        if fresh && !self.ahead.is_empty() && !self.held {
             return Ok(self.ahead.front().cloned());
         }
         self.flush_acks().await?;

@@ -5,7 +5,7 @@ use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::key::{partition_key, Event};
-use crate::routing::Router;
+use crate::routing::{PartitionCount, Router};
 use crate::store::StoreError;
 
 use super::schema::KEY_NAMESPACE;
@@ -29,20 +29,32 @@ pub async fn enqueue(
     events: &[Event],
     serialise_keys: bool,
 ) -> Result<EnqueueReport, StoreError> {
-    let mut partitions: Vec<i16> = Vec::with_capacity(events.len());
     let mut keys: Vec<&str> = Vec::with_capacity(events.len());
     let mut ids: Vec<&str> = Vec::with_capacity(events.len());
     let mut payloads: Vec<String> = Vec::with_capacity(events.len());
     for e in events {
         let key = partition_key(e)
             .map_err(|err| StoreError::Refused { operation: "enqueue", reason: err.to_string() })?;
-        // Partitions are below a validated count of at most 32767.
-        partitions.push(router.route(key).0 as i16);
         keys.push(key);
         ids.push(&e.event_id);
         payloads.push(e.payload.to_string());
     }
     let tx = client.transaction().await?;
+    // Once an online switch has run, the layout table says how to route; reading it FOR SHARE
+    // makes a concurrent switch wait for this insert (and this insert see a finished switch).
+    let layout = tx
+        .query_opt(
+            "SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1 FOR SHARE",
+            &[],
+        )
+        .await?
+        .map(|r| (r.get::<_, i32>(0), r.get::<_, i16>(1)));
+    let (epoch, router) = match layout {
+        Some((epoch, count)) => (epoch, Router::new(count_of(count)?)),
+        None => (0, router.clone()),
+    };
+    // Partitions are below a validated count of at most 32767.
+    let partitions: Vec<i16> = keys.iter().map(|k| router.route(k).0 as i16).collect();
     if serialise_keys {
         let mut distinct: Vec<&str> = keys.clone();
         distinct.sort_unstable();
@@ -55,11 +67,11 @@ pub async fn enqueue(
     }
     let rows = tx
         .query(
-            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
-             SELECT p, k, e, pl::jsonb FROM unnest($1::int2[], $2::text[], $3::text[], $4::text[]) AS t(p, k, e, pl)
+            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload, layout)
+             SELECT p, k, e, pl::jsonb, $5 FROM unnest($1::int2[], $2::text[], $3::text[], $4::text[]) AS t(p, k, e, pl)
              ON CONFLICT (event_id) DO NOTHING
              RETURNING event_id",
-            &[&partitions, &keys, &ids, &payloads],
+            &[&partitions, &keys, &ids, &payloads, &epoch],
         )
         .await?;
     tx.commit().await?;
@@ -67,6 +79,73 @@ pub async fn enqueue(
     let duplicates =
         ids.iter().filter(|id| !inserted.contains(**id)).map(|id| (*id).to_owned()).collect();
     Ok(EnqueueReport { inserted: inserted.len() as u64, duplicates })
+}
+
+fn count_of(n: i16) -> Result<PartitionCount, StoreError> {
+    PartitionCount::new(i64::from(n))
+        .map_err(|e| StoreError::Refused { operation: "read the layout", reason: e.to_string() })
+}
+
+/// A layout: a partition count in force from an epoch on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Layout {
+    /// The epoch rows routed under it carry.
+    pub epoch: i32,
+    /// Its partition count.
+    pub partitions: u16,
+}
+
+/// Starts an online change of count from `from` to `to`: a new layout that `enqueue` routes
+/// with at once, while workers lease both layouts' partitions and hold each moving key's new
+/// rows until its old rows are delivered (see [`crate::migrate`]). Refused when the count in
+/// force is not `from`. Producers that do not go through [`enqueue`] must switch too.
+pub async fn switch_online(
+    client: &mut Client,
+    from: PartitionCount,
+    to: PartitionCount,
+) -> Result<Layout, StoreError> {
+    let tx = client.transaction().await?;
+    tx.batch_execute("LOCK TABLE keyorder_layout IN EXCLUSIVE MODE").await?;
+    let current = tx
+        .query_opt("SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1", &[])
+        .await?;
+    let (epoch, count) = match current {
+        Some(r) => (r.get::<_, i32>(0), r.get::<_, i16>(1)),
+        None => {
+            let n = from.get() as i16;
+            tx.execute("INSERT INTO keyorder_layout (epoch, partitions) VALUES (0, $1)", &[&n])
+                .await?;
+            (0, n)
+        }
+    };
+    if count as u16 != from.get() {
+        return Err(StoreError::Refused {
+            operation: "switch",
+            reason: format!("the count in force is {count}, not {from}"),
+        });
+    }
+    let next = epoch + 1;
+    tx.execute(
+        "INSERT INTO keyorder_layout (epoch, partitions) VALUES ($1, $2)",
+        &[&next, &(to.get() as i16)],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Layout { epoch: next, partitions: to.get() })
+}
+
+/// The count workers lease under, if any online switch ever ran: the newest layout's, or the
+/// largest of the layouts that still have rows queued.
+pub async fn consumer_count(client: &Client) -> Result<Option<PartitionCount>, StoreError> {
+    let row = client
+        .query_one(
+            "SELECT max(partitions) FROM keyorder_layout k
+             WHERE k.epoch = (SELECT max(epoch) FROM keyorder_layout)
+                OR EXISTS (SELECT 1 FROM delivery_queue q WHERE q.layout = k.epoch)",
+            &[],
+        )
+        .await?;
+    row.get::<_, Option<i16>>(0).map(count_of).transpose()
 }
 
 /// One partition's lag.

@@ -50,6 +50,17 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX IF NOT EXISTS delivery_queue_key_idx ON delivery_queue (partition_key);
     CREATE SEQUENCE IF NOT EXISTS keyorder_lease_epoch;
     "#,
+    // 3: the online repartition: each row's layout epoch, and the layouts (counts) in order.
+    // A reference producer's rows get layout 0, the layout before any online switch.
+    r#"
+    ALTER TABLE delivery_queue ADD COLUMN IF NOT EXISTS layout INT NOT NULL DEFAULT 0;
+    CREATE INDEX IF NOT EXISTS delivery_queue_layout_idx ON delivery_queue (layout);
+    CREATE TABLE IF NOT EXISTS keyorder_layout (
+      epoch      INT PRIMARY KEY,
+      partitions SMALLINT    NOT NULL CHECK (partitions BETWEEN 1 AND 32767),
+      started_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    "#,
 ];
 
 /// The schema version this build writes and expects.
