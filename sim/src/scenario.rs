@@ -248,16 +248,17 @@ impl Scenario {
         Ok(())
     }
 
-    /// A random scenario of `size`, drawn from `seed`.
-    pub fn generate(size: Size, seed: u64) -> Scenario {
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x5C3A_A10E);
-        let (partitions, workers, producers, keys, events, load_ms) = match size {
-            Size::Small => (4u16, 2usize, 1usize, 8usize, 12u32, 1_000u64),
-            Size::Medium => (16, 4, 2, 96, 25, 3_000),
-            Size::Large => (64, 8, 4, 480, 25, 8_000),
-        };
-        let keys = (0..keys).map(|i| key_spec(&mut rng, i, events)).collect();
-        let mut scenario = Scenario {
+    /// A scenario with the lease model, retry policy and timing every generated size uses
+    /// (detection 3 s, request timeout 800 ms, delivery timeout 400 ms, 4 attempts with
+    /// backoff 50–400 ms), no faults, and a two-minute limit.
+    pub fn new(
+        partitions: u16,
+        workers: usize,
+        producers: usize,
+        keys: Vec<KeySpec>,
+        load_ms: u64,
+    ) -> Scenario {
+        Scenario {
             partitions,
             workers,
             producers,
@@ -265,7 +266,7 @@ impl Scenario {
             load_ms,
             commit_latency_ms: 2,
             min_latency_ms: 1,
-            max_latency_ms: rng.random_range(1..=4),
+            max_latency_ms: 3,
             detection_ms: 3_000,
             request_timeout_ms: 800,
             delivery_timeout_ms: 400,
@@ -279,7 +280,20 @@ impl Scenario {
             duration_ms: 120_000,
             procedure: Procedure::DrainAndSwitch,
             breaks: Vec::new(),
+        }
+    }
+
+    /// A random scenario of `size`, drawn from `seed`.
+    pub fn generate(size: Size, seed: u64) -> Scenario {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5C3A_A10E);
+        let (partitions, workers, producers, keys, events, load_ms) = match size {
+            Size::Small => (4u16, 2usize, 1usize, 8usize, 12u32, 1_000u64),
+            Size::Medium => (16, 4, 2, 96, 25, 3_000),
+            Size::Large => (64, 8, 4, 480, 25, 8_000),
         };
+        let keys = (0..keys).map(|i| key_spec(&mut rng, i, events)).collect();
+        let mut scenario = Scenario::new(partitions, workers, producers, keys, load_ms);
+        scenario.max_latency_ms = rng.random_range(1..=4);
         scenario.faults = faults(&mut rng, &scenario);
         scenario
     }

@@ -1,10 +1,7 @@
 //! Whole scenarios as proptest strategies, so a failing run shrinks to a small one (fewer
 //! keys, events and faults), and the search that finds and shrinks them.
 
-use std::time::Duration;
-
 use keyorder::check::Kind;
-use keyorder::retry::RetryPolicy;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -80,29 +77,12 @@ pub fn scenarios() -> impl Strategy<Value = Case> {
                 }
             }
             faults.sort_by_key(|f| f.at_ms);
-            let scenario = Scenario {
-                partitions,
-                workers,
-                producers,
-                keys,
-                load_ms,
-                commit_latency_ms: 2,
-                min_latency_ms: 1,
-                max_latency_ms: 3,
-                detection_ms: DETECTION_MS,
-                request_timeout_ms: 800,
-                delivery_timeout_ms: 400,
-                takeover_delay_ms: None,
-                retry: RetryPolicy::new(4, Duration::from_millis(50), Duration::from_millis(400))
-                    .expect("valid"),
-                idle_poll_ms: 100,
-                rebalance_ms: 300,
-                faults,
-                tail_ms: 1_000,
-                duration_ms: load_ms + 25_000,
-                procedure,
-                breaks: Vec::new(),
-            };
+            let mut scenario = Scenario::new(partitions, workers, producers, keys, load_ms);
+            scenario.detection_ms = DETECTION_MS;
+            scenario.faults = faults;
+            scenario.tail_ms = 1_000;
+            scenario.duration_ms = load_ms + 25_000;
+            scenario.procedure = procedure;
             (scenario, seed)
         },
     )

@@ -7,31 +7,11 @@ use std::time::{Duration, Instant};
 
 use keyorder::check::{check, Enqueued};
 use keyorder::store::postgres::queue;
-use keyorder::{partition_for, PartitionCount, PartitionId, Seq, Time};
-use tokio_postgres::Client;
+use keyorder::{partition_for, PartitionCount, Seq};
 
 use super::endpoint::Endpoint;
 use super::harness::PgServer;
 use super::util::*;
-
-async fn rows(c: &Client) -> Vec<Enqueued> {
-    c.query(
-        "SELECT seq, partition, partition_key, event_id, layout FROM delivery_queue ORDER BY seq",
-        &[],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| Enqueued {
-        seq: Seq(r.get(0)),
-        partition: PartitionId(r.get::<_, i16>(1) as u16),
-        key: r.get(2),
-        event_id: r.get(3),
-        layout: r.get::<_, i32>(4) as u64,
-        at: Time::ZERO,
-    })
-    .collect()
-}
 
 #[test]
 fn an_online_switch_keeps_per_key_order_without_a_write_pause() {
@@ -45,7 +25,7 @@ fn an_online_switch_keeps_per_key_order_without_a_write_pause() {
         let keys: Vec<String> = (0..16).map(|i| format!("sub_{i}")).collect();
         enqueue(&mut c, &events(&keys, 20)).await;
         let mut seen: BTreeMap<Seq, Enqueued> =
-            rows(&c).await.into_iter().map(|e| (e.seq, e)).collect();
+            snapshot(&c).await.into_iter().map(|e| (e.seq, e)).collect();
         let drained = drain(&url, &endpoint, 2, Duration::from_secs(90));
         let during = async {
             #[allow(clippy::disallowed_methods)]
@@ -60,7 +40,7 @@ fn an_online_switch_keeps_per_key_order_without_a_write_pause() {
             // Producers keep writing: these route with 32 under layout 1.
             let later: Vec<_> = events(&keys, 40).into_iter().skip(16 * 20).collect();
             enqueue(&mut sc, &later).await;
-            rows(&sc).await
+            snapshot(&sc).await
         };
         let (_, after) = tokio::join!(drained, during);
         seen.extend(after.into_iter().map(|e| (e.seq, e)));

@@ -163,19 +163,22 @@ pub async fn history(c: &Client, enqueued: &[Enqueued], endpoint: &Endpoint) -> 
     h
 }
 
-/// The rows in the queue now, as the history's enqueued records.
+/// The rows in the queue now, as the history's enqueued records (with their layouts).
 pub async fn snapshot(c: &Client) -> Vec<Enqueued> {
-    c.query("SELECT seq, partition, partition_key, event_id FROM delivery_queue ORDER BY seq", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| Enqueued {
-            seq: Seq(r.get(0)),
-            partition: PartitionId(r.get::<_, i16>(1) as u16),
-            key: r.get(2),
-            event_id: r.get(3),
-            layout: 0,
-            at: Time::ZERO,
-        })
-        .collect()
+    c.query(
+        "SELECT seq, partition, partition_key, event_id, layout FROM delivery_queue ORDER BY seq",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| Enqueued {
+        seq: Seq(r.get(0)),
+        partition: PartitionId(r.get::<_, i16>(1) as u16),
+        key: r.get(2),
+        event_id: r.get(3),
+        layout: r.get::<_, i32>(4) as u64,
+        at: Time::ZERO,
+    })
+    .collect()
 }
