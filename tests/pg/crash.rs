@@ -134,7 +134,20 @@ fn sigterm_finishes_in_flight_work_and_releases_every_lease() {
         .await
         .unwrap();
         assert!(out.0.success(), "exit {:?}: {}", out.0, out.1);
-        assert!(out.1.contains("stopped; leases taken 16, given back 16, lost 0"), "{}", out.1);
+        // Every lease it took, it gave back (how many it took by then depends on timing).
+        let summary = out
+            .1
+            .lines()
+            .find(|l| l.contains("stopped; leases taken"))
+            .unwrap_or_default()
+            .to_owned();
+        let numbers: Vec<u64> =
+            summary.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect();
+        assert!(
+            numbers.len() == 3 && numbers[0] >= 1 && numbers[0] == numbers[1] && numbers[2] == 0,
+            "{}",
+            out.1
+        );
         assert!(
             out.1.contains("leased partition 0 (epoch") && out.1.contains("gave back partition 0"),
             "{}",

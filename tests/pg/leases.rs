@@ -3,8 +3,13 @@
 
 use std::time::{Duration, Instant};
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
 use keyorder::store::postgres::{PgOptions, PgStore};
 use keyorder::store::{LeaseSession, Store};
+use keyorder::worker::{Observer, WorkerEvent};
 use keyorder::PartitionId;
 
 use super::endpoint::Endpoint;
@@ -68,7 +73,9 @@ fn a_second_worker_gets_its_fair_share() {
             .get::<_, i64>(0)
         };
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let spawn = |name: &str| {
+        // Each worker's partitions, as its own events report them.
+        let held: Vec<Rc<RefCell<BTreeSet<u16>>>> = (0..2).map(|_| Rc::default()).collect();
+        let spawn = |i: usize| {
             let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
             let deliver = keyorder::http::HttpDeliverer::new(
                 keyorder::http::Target::parse(&endpoint.url).unwrap(),
@@ -77,26 +84,48 @@ fn a_second_worker_gets_its_fair_share() {
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
+            let mine = held[i].clone();
+            let mut cfg = config(&format!("w{i}"));
+            cfg.observer = Some(Observer(Rc::new(move |e: &WorkerEvent| match e {
+                WorkerEvent::Acquired { partition, .. } => {
+                    mine.borrow_mut().insert(partition.0);
+                }
+                WorkerEvent::Released { partition } | WorkerEvent::Lost { partition, .. } => {
+                    mine.borrow_mut().remove(&partition.0);
+                }
+                _ => {}
+            })));
             tokio::task::spawn_local(keyorder::worker::run(
                 store,
                 deliver,
                 keyorder::clock::TokioClock::start(),
-                config(name),
+                cfg,
                 stop,
             ))
         };
-        let first = spawn("first");
-        tokio::time::sleep(Duration::from_millis(800)).await;
-        assert_eq!(holders().await, 16, "a lone worker holds every partition");
-        let second = spawn("second");
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let first = spawn(0);
+        wait_for("a lone worker holds every partition", || held[0].borrow().len() == 16).await;
+        assert_eq!(holders().await, 16);
+        let second = spawn(1);
+        wait_for("two workers hold 8 each", || {
+            held[0].borrow().len() == 8 && held[1].borrow().len() == 8
+        })
+        .await;
         assert_eq!(holders().await, 16, "every partition is held after rebalancing");
+        assert!(held[0].borrow().is_disjoint(&held[1].borrow()), "no partition is held twice");
         let _ = tx.send(true);
         let (r1, r2) = (first.await.unwrap(), second.await.unwrap());
-        assert!(
-            r1.released >= 8,
-            "the first worker gave back its excess at shutdown or rebalance: {r1:?}"
-        );
+        assert!(r1.released >= 8, "the first worker gave back its excess: {r1:?}");
         assert!(r2.acquired >= 8, "the second worker took its fair share: {r2:?}");
     });
+}
+
+/// Polls `cond` every 10 ms for up to 20 s (a bound for slow CI, not an expectation).
+async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    #[allow(clippy::disallowed_methods)] // a test bound in wall time
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
