@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use keyorder::migrate::consumer_count;
 use keyorder::PartitionCount;
 
 use crate::control::SharedControl;
@@ -201,9 +202,9 @@ impl FaultRunner {
             Step::Repartition(to) if world.procedure == Procedure::Online => {
                 let from = world.control.borrow().count;
                 let Ok(target) = PartitionCount::new(i64::from(to)) else { return };
-                rec.log(t, "driver", format_args!("online switch {from} -> {to}: producers route with {to} now; workers lease {} until old rows are gone", from.max(target)));
+                rec.log(t, "driver", format_args!("online switch {from} -> {to}: producers route with {to} now; workers lease {} until old rows are gone", consumer_count(from, target, true)));
                 rec.fault("repartition");
-                world.control.borrow_mut().switch(target, from.max(target));
+                world.control.borrow_mut().switch(target, consumer_count(from, target, true));
                 self.migration = Some(Migration { from: from.get(), to, started: now });
             }
             Step::Repartition(to) => {
@@ -231,8 +232,9 @@ impl FaultRunner {
         if store.durable.has_rows_older_than(layout) || store.has_uncommitted_older_than(layout) {
             return;
         }
-        let count = world.control.borrow().count;
-        world.control.borrow_mut().worker_count = count;
+        let mut control = world.control.borrow_mut();
+        control.worker_count = consumer_count(control.worker_count, control.count, false);
+        drop(control);
         let drain_ms = now.saturating_sub(m.started).as_millis() as u64;
         world.rec.borrow_mut().log(
             keyorder::Time(now),

@@ -29,7 +29,6 @@ pub struct Recorder {
     /// What the checker judges.
     pub history: History,
     trace: String,
-    lines: u64,
     next_delivery: u64,
     pending: BTreeMap<u64, Pending>,
     arrived: BTreeMap<u64, usize>,
@@ -48,7 +47,6 @@ impl Recorder {
     /// Appends a trace line `time host text`.
     pub fn log(&mut self, at: Time, host: &str, text: std::fmt::Arguments<'_>) {
         let _ = writeln!(self.trace, "{:>12} {host:<10} {text}", at.0.as_micros());
-        self.lines += 1;
     }
 
     /// Counts one occurrence of a fault or behaviour.
