@@ -72,6 +72,18 @@ pub struct StoredHead {
     pub last_error: Option<String>,
 }
 
+/// How the previous holder of a lease gave it up, as the store recorded it under the lease.
+///
+/// After a [`Handover::Clean`] no earlier holder can still have a delivery out, so a new lease
+/// may read at once; after anything else it must wait out the delivery timeout first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// The previous holder gave the lease back after its last delivery, or there never was one.
+    Clean,
+    /// The previous holder lost the lease (crash, store restart, expiry) or the store cannot tell.
+    Unclean,
+}
+
 /// A handle that opens sessions. Cheap to clone.
 pub trait Store: Clone + 'static {
     /// The worker's membership session.
@@ -103,6 +115,12 @@ pub trait LeaseSession {
 
     /// The lease's epoch.
     fn epoch(&self) -> Epoch;
+
+    /// How the previous holder gave the lease up. The default, [`Handover::Unclean`], is the
+    /// safe answer for a store that does not record it.
+    fn handover(&self) -> Handover {
+        Handover::Unclean
+    }
 
     /// The partition's head row, if any.
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError>;
