@@ -145,6 +145,8 @@ pub trait LeaseSession {
         reason: &str,
     ) -> Result<(), StoreError>;
 
-    /// Gives the lease back and closes the session.
-    async fn release(self) -> Result<(), StoreError>;
+    /// Gives the lease back and closes the session. `handover` says whether a delivery of this
+    /// holder may still be out ([`Handover::Unclean`]: the last one timed out or broke off);
+    /// a store that records it lets the next holder skip the takeover wait after a clean one.
+    async fn release(self, handover: Handover) -> Result<(), StoreError>;
 }

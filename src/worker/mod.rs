@@ -23,7 +23,7 @@ use crate::drain::{DrainConfig, DEFAULT_IDLE_POLL};
 use crate::ids::PartitionId;
 use crate::lease::rebalance;
 use crate::retry::RetryPolicy;
-use crate::store::{ControlSession, LeaseSession, Store, StoreError};
+use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError};
 
 mod partition;
 
@@ -252,13 +252,20 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
         drain.retry = self.config.retry;
         drain.idle_poll = self.config.idle_poll;
         // A previous holder may not know it lost this lease (a store restart drops every lease
-        // at once) and may have one delivery out: wait until that delivery has timed out.
-        drain.takeover_delay = self.config.takeover_delay.unwrap_or(self.config.delivery_timeout);
+        // at once) and may have one delivery out: wait until that delivery has timed out. After
+        // a clean hand-back (recorded under the lease) no delivery can be out: start at once.
+        drain.takeover_delay = match lease.handover() {
+            Handover::Clean => Duration::ZERO,
+            Handover::Unclean => {
+                self.config.takeover_delay.unwrap_or(self.config.delivery_timeout)
+            }
+        };
         let task = PartitionTask {
             deliver: self.deliver.clone(),
             clock: self.clock.clone(),
             drain,
             delivery_timeout: self.config.delivery_timeout,
+            unsettled: false,
         };
         self.owned.insert(partition, Some(tx));
         self.tasks.spawn_local(task.run(lease, rx));

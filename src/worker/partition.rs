@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::deliver::{Deliver, DeliverError};
 use crate::drain::{Action, Drain, DrainConfig, Head, Input};
 use crate::ids::{PartitionId, Time};
-use crate::store::{LeaseSession, StoreError, StoredHead};
+use crate::store::{Handover, LeaseSession, StoreError, StoredHead};
 
 /// Actions carried out per turn. A busy partition never waits on a timer, so after this many
 /// actions the task looks for a release request before it goes on: a hand-back is prompt.
@@ -40,6 +40,9 @@ pub(super) struct PartitionTask<D, C> {
     pub(super) clock: C,
     pub(super) drain: DrainConfig,
     pub(super) delivery_timeout: Duration,
+    /// Whether this holder's last delivery ended without an answer (timed out or broke off):
+    /// the endpoint may still be working on it, so the hand-back is not clean.
+    pub(super) unsettled: bool,
 }
 
 impl<D: Deliver, C: Clock> PartitionTask<D, C> {
@@ -61,7 +64,9 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Ok(Turn::Release) => {
                     // A failed unlock still ends the session, and with it the lock.
-                    return match lease.release().await {
+                    let handover =
+                        if self.unsettled { Handover::Unclean } else { Handover::Clean };
+                    return match lease.release(handover).await {
                         Ok(()) => PartitionExit::Released(partition),
                         Err(err) => PartitionExit::Lost(partition, err),
                     };
@@ -127,6 +132,8 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
         let outcome = tokio::time::timeout(timeout, self.deliver.deliver(partition, head, attempt))
             .await
             .unwrap_or(Err(DeliverError::Timeout { after: timeout }));
+        // An answer of any status settles the attempt; no answer leaves it possibly running.
+        self.unsettled = matches!(outcome, Err(DeliverError::Timeout { .. } | DeliverError::Io(_)));
         match outcome {
             Ok(()) => Input::DeliverySucceeded { seq: head.seq },
             Err(err) => Input::DeliveryFailed {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use keyorder::clock::Clock;
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::Head;
-use keyorder::store::{ControlSession, LeaseSession, Store, StoreError, StoredHead};
+use keyorder::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
 
@@ -254,7 +254,7 @@ impl LeaseSession for SimLease {
         self.expect_ok(req, "dead_letter").await
     }
 
-    async fn release(mut self) -> Result<(), StoreError> {
+    async fn release(mut self, _handover: Handover) -> Result<(), StoreError> {
         // Unlocking happens on the lock's own session, pooled design or not (PostgreSQL's
         // pg_advisory_unlock on another session unlocks nothing).
         let req = StoreRequest::Unlock { partition: self.partition, epoch: self.epoch };

@@ -22,7 +22,7 @@ use crate::clock::{Clock, TokioClock};
 use crate::ids::{Epoch, PartitionId, Seq, Time};
 use crate::migrate::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::{ControlSession, LeaseSession, Store, StoreError, StoredHead};
+use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
 
 pub mod queue;
 pub mod schema;
@@ -344,7 +344,7 @@ impl LeaseSession for PgLease {
         Ok(())
     }
 
-    async fn release(mut self) -> Result<(), StoreError> {
+    async fn release(mut self, _handover: Handover) -> Result<(), StoreError> {
         self.flush_acks().await?;
         let p = i32::from(self.partition.0);
         self.client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LEASE_NAMESPACE, &p]).await?;
