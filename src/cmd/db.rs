@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use keyorder::clock::TokioClock;
 use keyorder::http::{HttpDeliverer, Target};
 use keyorder::key::Event;
 use keyorder::retry::RetryPolicy;
@@ -169,7 +168,8 @@ pub struct WorkArgs {
     /// Backoff cap, in ms.
     #[arg(long, default_value_t = 30_000)]
     backoff_cap_ms: u64,
-    /// How long one delivery may take, in ms (a new lease waits this long before its first read).
+    /// How long one delivery may take, in ms (after a lost lease, the next holder waits this long
+    /// before its first read; after a clean hand-back it starts at once).
     #[arg(long, default_value_t = 10_000)]
     delivery_timeout_ms: u64,
     /// How often an empty partition is polled, in ms.
@@ -178,6 +178,10 @@ pub struct WorkArgs {
     /// Stop after this many seconds (for tests and benchmarks); runs until a signal otherwise.
     #[arg(long)]
     stop_after: Option<u64>,
+    /// Worker loops in this process, each on its own thread and counted as its own member
+    /// (named NAME-0, NAME-1, ... when more than one). Default: the machine's cores.
+    #[arg(long, default_value_t = super::workers::default_threads())]
+    threads: usize,
 }
 
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
@@ -190,14 +194,44 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
     .map_err(|e| BadInput(e.to_string()))?;
     let store = PgStore::new(&args.db.database, args.partitions, PgOptions::default())
         .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
-    let mut config = WorkerConfig::new(args.name.clone());
-    config.retry = retry;
-    config.delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
-    config.idle_poll = Duration::from_millis(args.idle_poll_ms);
-    config.rng_seed = std::process::id().into();
-    let name = args.name.clone();
-    config.observer = Some(worker::Observer(std::rc::Rc::new(move |e: &worker::WorkerEvent| {
+    if args.threads == 0 {
+        return Err(BadInput("--threads must be at least 1".into()).into());
+    }
+    block_on(async {
+        let client = args.db.client().await?;
+        schema::require_current(&client).await?;
+        anyhow::Ok(())
+    })??;
+    eprintln!(
+        "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
+        args.name, args.partitions, args.deliver, args.threads
+    );
+    let (name, delivery_timeout, idle_poll) = (
+        args.name.clone(),
+        Duration::from_millis(args.delivery_timeout_ms),
+        Duration::from_millis(args.idle_poll_ms),
+    );
+    let report = super::workers::run(args.threads, args.stop_after, move |_| {
+        let mut config = WorkerConfig::new(name.clone());
+        config.retry = retry;
+        config.delivery_timeout = delivery_timeout;
+        config.idle_poll = idle_poll;
+        config.rng_seed = std::process::id().into();
+        config.observer = Some(observer());
+        Ok((store.clone(), HttpDeliverer::new(target.clone()), config))
+    })?;
+    eprintln!(
+        "keyorder work: stopped; leases taken {}, given back {}, lost {}",
+        report.acquired, report.released, report.lost
+    );
+    Ok(())
+}
+
+/// Prints lease changes and store failures on stderr, named by the worker loop.
+fn observer() -> worker::Observer {
+    worker::Observer(std::rc::Rc::new(move |e: &worker::WorkerEvent| {
         use worker::WorkerEvent as E;
+        let name = std::thread::current().name().unwrap_or("worker").to_owned();
         match e {
             E::Acquired { partition, epoch } => {
                 eprintln!("{name}: leased partition {partition} (epoch {epoch})")
@@ -211,28 +245,11 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             }
             _ => {}
         }
-    })));
-    block_on(async move {
-        let client = args.db.client().await?;
-        schema::require_current(&client).await?;
-        drop(client);
-        eprintln!(
-            "keyorder work: {} delivering {} partitions to {}; SIGINT or SIGTERM stops after the in-flight deliveries",
-            args.name, args.partitions, args.deliver
-        );
-        let stop = shutdown(args.stop_after);
-        let report =
-            worker::run(store, HttpDeliverer::new(target), TokioClock::start(), config, stop).await;
-        eprintln!(
-            "keyorder work: stopped; leases taken {}, given back {}, lost {}",
-            report.acquired, report.released, report.lost
-        );
-        Ok(())
-    })?
+    }))
 }
 
 /// Completes on SIGINT, SIGTERM, or after `after` seconds.
-async fn shutdown(after: Option<u64>) {
+pub(crate) async fn shutdown(after: Option<u64>) {
     let timer = async {
         match after {
             Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,

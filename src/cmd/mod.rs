@@ -7,6 +7,7 @@ mod bench;
 pub(crate) mod db;
 mod plan;
 mod route;
+mod workers;
 
 /// Operate a per-key ordered, partitioned webhook queue.
 #[derive(Debug, Parser)]

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use keyorder::store::postgres::{PgOptions, PgStore};
-use keyorder::store::{LeaseSession, Store};
+use keyorder::store::{Handover, LeaseSession, Store};
 use keyorder::worker::{Observer, WorkerEvent};
 use keyorder::PartitionId;
 
@@ -128,4 +128,77 @@ async fn wait_for(what: &str, cond: impl Fn() -> bool) {
         assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The hand-back record: a partition never leased, or given back cleanly, lets the next holder
+/// read at once; a hand-back with a delivery possibly out, or a killed session, does not.
+#[test]
+fn a_clean_hand_back_is_recorded_under_the_lease_and_a_lost_one_is_not() {
+    let Some(pg) = PgServer::start("a_clean_hand_back_is_recorded") else { return };
+    let url = pg.create_db("handover");
+    block_on(async {
+        let c = migrated(&url).await;
+        let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let p = PartitionId(3);
+        let first = store.acquire(p).await.unwrap().expect("free partition");
+        assert_eq!(first.handover(), Handover::Clean, "a partition never leased is clean");
+        first.release(Handover::Clean).await.unwrap();
+
+        let second = store.acquire(p).await.unwrap().expect("given back");
+        assert_eq!(second.handover(), Handover::Clean, "a clean hand-back was not recorded");
+        second.release(Handover::Unclean).await.unwrap();
+
+        let third = store.acquire(p).await.unwrap().expect("given back");
+        assert_eq!(third.handover(), Handover::Unclean, "an unclean hand-back read as clean");
+        third.release(Handover::Clean).await.unwrap();
+
+        // A holder whose session is killed leaves the partition unclean, whatever came before.
+        let fourth = store.acquire(p).await.unwrap().expect("given back");
+        assert_eq!(fourth.handover(), Handover::Clean);
+        let killed: bool = c
+            .query_one(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks
+                 WHERE locktype = 'advisory' AND classid = 4711 AND objid = 3 AND objsubid = 2 AND granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(killed);
+        // The killed holder cannot mark the partition clean on its way out.
+        assert!(fourth.release(Handover::Clean).await.is_err());
+        #[allow(clippy::disallowed_methods)] // a test bound in wall time
+        let start = Instant::now();
+        let fifth = loop {
+            if let Some(l) = store.acquire(p).await.unwrap() {
+                break l;
+            }
+            assert!(start.elapsed() < Duration::from_secs(2), "no handover within 2 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(fifth.handover(), Handover::Unclean, "a lost session read as clean");
+    });
+}
+
+/// A database that had leases before the hand-back record existed knows no clean hand-back.
+#[test]
+fn an_upgraded_database_starts_every_partition_unclean() {
+    let Some(pg) = PgServer::start("an_upgraded_database_starts_unclean") else { return };
+    let url = pg.create_db("upgraded");
+    block_on(async {
+        let c = migrated(&url).await;
+        // Roll back to version 3 with the epoch sequence used, as a keyorder before the
+        // record left it, then upgrade.
+        c.batch_execute(
+            "DROP TABLE keyorder_handover; DELETE FROM keyorder_migrations WHERE version = 4;
+             SELECT nextval('keyorder_lease_epoch');",
+        )
+        .await
+        .unwrap();
+        drop(c);
+        let _c = migrated(&url).await;
+        let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let lease = store.acquire(PartitionId(5)).await.unwrap().expect("free partition");
+        assert_eq!(lease.handover(), Handover::Unclean);
+    });
 }

@@ -6,6 +6,9 @@
 //!   goes through the same connection, so a worker whose session died cannot advance it.
 //! * **Membership**: each worker holds `pg_advisory_lock(4712, pg_backend_pid())` on its
 //!   control connection; live workers are counted from `pg_locks`, in this database only.
+//! * **Hand-backs** are recorded under the lease in `keyorder_handover`: a lease taken after a
+//!   clean hand-back (or on a partition never leased) reads at once; after a lost session it
+//!   waits out the delivery timeout, since the lost holder may still have a delivery out.
 //! * **Draining**: heads are read `seq > cursor` (the last acknowledged seq), a bounded batch
 //!   ahead; delivery stays one at a time. A full read without the cursor runs when the cursor
 //!   read finds nothing and at least every `full_scan_every`, so a row that committed late
@@ -121,13 +124,29 @@ impl Store for PgStore {
         if !row.get::<_, bool>(0) {
             return Ok(None);
         }
-        let epoch: i64 =
-            client.query_one("SELECT nextval('keyorder_lease_epoch')", &[]).await?.get(0);
+        // Under the lock: take the next epoch, read how the last holder left, and mark the
+        // partition unclean until this holder hands it back with nothing out. One statement:
+        // the CTE reads the row as it was before the upsert.
+        let p16 = partition.0 as i16;
+        let row = client
+            .query_one(
+                "WITH prev AS (SELECT clean FROM keyorder_handover WHERE partition = $1)
+                 INSERT INTO keyorder_handover (partition, clean, epoch)
+                 VALUES ($1, false, nextval('keyorder_lease_epoch'))
+                 ON CONFLICT (partition)
+                   DO UPDATE SET clean = false, epoch = EXCLUDED.epoch, changed_at = now()
+                 RETURNING epoch, COALESCE((SELECT clean FROM prev), true)",
+                &[&p16],
+            )
+            .await?;
+        let epoch: i64 = row.get(0);
+        let handover = if row.get::<_, bool>(1) { Handover::Clean } else { Handover::Unclean };
         let now = self.clock.now();
         Ok(Some(PgLease {
             client,
             partition,
             epoch: Epoch(epoch as u64),
+            handover,
             options: self.options,
             clock: self.clock,
             cursor: 0,
@@ -167,6 +186,8 @@ pub struct PgLease {
     client: Client,
     partition: PartitionId,
     epoch: Epoch,
+    /// How the previous holder left, read when the lease was taken.
+    handover: Handover,
     options: PgOptions,
     clock: TokioClock,
     /// The last acknowledged seq: head reads start after it.
@@ -260,6 +281,10 @@ impl LeaseSession for PgLease {
         self.epoch
     }
 
+    fn handover(&self) -> Handover {
+        self.handover
+    }
+
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
         let now = self.clock.now();
         let fresh = now.saturating_since(self.heard_at) < self.options.ack_delay;
@@ -344,8 +369,19 @@ impl LeaseSession for PgLease {
         Ok(())
     }
 
-    async fn release(mut self, _handover: Handover) -> Result<(), StoreError> {
+    async fn release(mut self, handover: Handover) -> Result<(), StoreError> {
         self.flush_acks().await?;
+        if handover == Handover::Clean {
+            // Still under the lock, and only for this epoch: a clean mark is never written by a
+            // session that lost the lease.
+            self.client
+                .execute(
+                    "UPDATE keyorder_handover SET clean = true, changed_at = now()
+                     WHERE partition = $1 AND epoch = $2",
+                    &[&self.p(), &(self.epoch.0 as i64)],
+                )
+                .await?;
+        }
         let p = i32::from(self.partition.0);
         self.client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LEASE_NAMESPACE, &p]).await?;
         Ok(())

@@ -61,6 +61,23 @@ const MIGRATIONS: &[&str] = &[
       started_at TIMESTAMPTZ NOT NULL DEFAULT now()
     );
     "#,
+    // 4: how each partition's last holder gave its lease up, written only under the lease:
+    // `clean` is set false when a lease is taken and true by a hand-back with no delivery out,
+    // so the next holder may skip the takeover wait. No row: never leased. A database that
+    // had leases before this migration (the epoch sequence was used) knows no hand-back to be
+    // clean, so every partition starts unclean there.
+    r#"
+    CREATE TABLE IF NOT EXISTS keyorder_handover (
+      partition  SMALLINT    PRIMARY KEY,
+      clean      BOOLEAN     NOT NULL,
+      epoch      BIGINT      NOT NULL,
+      changed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    );
+    INSERT INTO keyorder_handover (partition, clean, epoch)
+    SELECT g, false, 0 FROM generate_series(0, 32767) g
+    WHERE (SELECT is_called FROM keyorder_lease_epoch)
+    ON CONFLICT DO NOTHING;
+    "#,
 ];
 
 /// The schema version this build writes and expects.
