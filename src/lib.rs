@@ -28,6 +28,7 @@ pub mod plan;
 pub mod retry;
 pub mod routing;
 pub mod store;
+pub mod timeline;
 pub mod worker;
 
 pub use ids::{Epoch, PartitionId, Seq, Time};

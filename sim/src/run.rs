@@ -68,6 +68,9 @@ pub struct RunOutcome {
     /// The full trace, when asked for.
     #[serde(skip)]
     pub trace: Option<String>,
+    /// The history the checker judged, kept with the trace (for the HTML timeline).
+    #[serde(skip)]
+    pub history: Option<keyorder::check::History>,
 }
 
 /// Runs `scenario` with `seed`; with `keep_trace` the outcome carries the text trace.
@@ -232,6 +235,7 @@ fn drive(
         quiesced,
         switches: faults.switches.clone(),
         trace: keep_trace.then(|| rec.trace().to_owned()),
+        history: keep_trace.then(|| rec.history.clone()),
     })
 }
 

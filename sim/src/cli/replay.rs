@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
 
 use super::ScenarioSource;
@@ -18,12 +19,24 @@ pub struct ReplayArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Also write the run as one self-contained HTML timeline (swim lanes per partition and
+    /// worker, the checker's counterexamples highlighted) to this file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let loaded = args.source.load()?;
     let scenario = args.source.for_seed(&loaded, args.seed);
-    let outcome = keyorder_sim::run(&scenario, args.seed, args.trace)?;
+    let outcome = keyorder_sim::run(&scenario, args.seed, args.trace || args.html.is_some())?;
+    if let Some(path) = &args.html {
+        let history = outcome.history.as_ref().expect("kept with the trace");
+        let title = format!("keyorder-sim replay {}", args.seed);
+        let page = keyorder::timeline::render(&title, history, &outcome.verdict);
+        std::fs::write(path, page)
+            .with_context(|| format!("cannot write the timeline to {}", path.display()))?;
+        eprintln!("timeline written to {}", path.display());
+    }
     if args.json {
         let json = serde_json::json!({
             "seed": outcome.seed,
@@ -36,7 +49,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         });
         println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
-        if let Some(trace) = &outcome.trace {
+        if let Some(trace) = outcome.trace.as_ref().filter(|_| args.trace) {
             super::emit(trace)?;
         }
         println!("seed {}  trace hash {}", outcome.seed, outcome.trace_hash);
