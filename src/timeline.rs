@@ -242,7 +242,7 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
             f.count
         );
     }
-    page.push_str("</table>\n<div id=\"controls\">key <input id=\"key\" placeholder=\"filter one key\"> <button id=\"zin\">zoom in</button> <button id=\"zout\">zoom out</button> <button id=\"reset\">reset</button> <span class=\"hint\">drag to pan, wheel to zoom, hover a bar for its event</span></div>\n<div id=\"view\">");
+    page.push_str("</table>\n<div id=\"controls\">key <input id=\"key\" placeholder=\"filter one key\"> <button id=\"zin\">zoom in</button> <button id=\"zout\">zoom out</button> <button id=\"reset\">reset</button> <span class=\"hint\">drag to pan, wheel to zoom, hover a bar for its event</span><br><span class=\"legend\"><b class=\"ok\">&#9632;</b> accepted <b class=\"failed\">&#9632;</b> failed attempt <b class=\"cx\">&#9632;</b> counterexample; the thin bar under a partition is its lease holder (colour per worker), <b class=\"fault\">&#9660;</b> a lost lease, &#10005; a dead letter</span></div>\n<div id=\"view\">");
     page.push_str(&svg);
     let _ = write!(page, "</div>\n<script>{SCRIPT}</script>\n</body></html>\n");
     page
@@ -291,13 +291,19 @@ tr.violation td{background:#fde2e2}
 .lease{opacity:.7}.w0{fill:#4e79a7}.w1{fill:#f28e2b}.w2{fill:#76b7b2}.w3{fill:#b07aa1}
 .w4{fill:#edc948}.w5{fill:#9c755f}.w6{fill:#bab0ac}.w7{fill:#59a14f}
 .fault{fill:#d00}.dlq{fill:#000;font-size:12px;text-anchor:middle}
-.hint{color:#777}
+.hint{color:#777}.legend b.ok{color:#5aa469}.legend b.failed{color:#e39b3b}.legend b.cx{color:#ff3b3b}.legend b.fault{color:#d00}
 ";
 
 const SCRIPT: &str = r#"
 (function(){
   var svg=document.getElementById('timeline');
   var vb=svg.viewBox.baseVal, full={x:vb.x,y:vb.y,w:vb.width,h:vb.height};
+  // What is highlighted, per finding, as the browser sees it (read by the browser test).
+  var marked={};
+  svg.querySelectorAll('rect.cx').forEach(function(b){b.dataset.cx.split(' ').forEach(function(k){
+    (marked[k]=marked[k]||{})[b.dataset.event]=1})});
+  var shown={}; Object.keys(marked).sort().forEach(function(k){shown[k]=Object.keys(marked[k]).sort()});
+  document.body.dataset.highlighted=JSON.stringify(shown);
   function zoom(f,cx){var nw=Math.max(20,Math.min(full.w,vb.width*f));
     if(cx===undefined)cx=vb.x+vb.width/2; vb.x=Math.max(0,cx-(cx-vb.x)*nw/vb.width); vb.width=nw;}
   document.getElementById('zin').onclick=function(){zoom(0.5)};

@@ -4,6 +4,7 @@
 mod catalogue;
 mod determinism;
 mod fixtures;
+mod html;
 mod plan;
 mod regressions;
 mod snapshots;
