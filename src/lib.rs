@@ -19,6 +19,7 @@ pub mod check;
 pub mod clock;
 pub mod deliver;
 pub mod drain;
+pub mod html;
 pub mod http;
 mod ids;
 pub mod key;
@@ -28,7 +29,6 @@ pub mod plan;
 pub mod retry;
 pub mod routing;
 pub mod store;
-pub mod timeline;
 pub mod worker;
 
 pub use ids::{Epoch, PartitionId, Seq, Time};

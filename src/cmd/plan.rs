@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
 use keyorder::plan::{parse_sample_line, DrainInput, Plan, Planner};
 use keyorder::{Overrides, PartitionCount};
@@ -45,6 +46,10 @@ pub struct PlanArgs {
     /// paused), printing the depth as it falls.
     #[arg(long, requires = "database")]
     wait_drained: Option<u64>,
+    /// Also write the plan as one self-contained HTML page (load per partition before and
+    /// after as bar charts, moved fraction, whales, checklist, verdict) to this file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
 }
 
 /// Whether the live queue may be switched, and why not.
@@ -88,6 +93,15 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let plan = planner.finish(args.workers, drain);
     let verdict = live.map(|(_, v)| v);
     print(&plan, verdict.as_ref(), args.json)?;
+    if let Some(path) = &args.html {
+        let live = verdict.as_ref().map(|v| keyorder::html::plan::LiveVerdict {
+            safe: v.safe,
+            reasons: v.reasons.clone(),
+        });
+        std::fs::write(path, keyorder::html::plan::render(&plan, live.as_ref()))
+            .with_context(|| format!("cannot write the plan page to {}", path.display()))?;
+        eprintln!("plan page written to {}", path.display());
+    }
     match verdict {
         Some(v) if !v.safe => Err(NotSafe.into()),
         _ => Ok(()),

@@ -32,7 +32,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.html {
         let history = outcome.history.as_ref().expect("kept with the trace");
         let title = format!("keyorder-sim replay {}", args.seed);
-        let page = keyorder::timeline::render(&title, history, &outcome.verdict);
+        let page = keyorder::html::timeline::render(&title, history, &outcome.verdict);
         std::fs::write(path, page)
             .with_context(|| format!("cannot write the timeline to {}", path.display()))?;
         eprintln!("timeline written to {}", path.display());

@@ -78,7 +78,7 @@ fn the_browser_highlights_the_events_the_checker_names() {
     let history = outcome.history.as_ref().expect("kept with the trace");
     let dir = tempdir("page");
     let page = dir.join("timeline.html");
-    std::fs::write(&page, keyorder::timeline::render(&case.name, history, &outcome.verdict))
+    std::fs::write(&page, keyorder::html::timeline::render(&case.name, history, &outcome.verdict))
         .expect("written");
     let shown = highlighted(&dump_dom(browser, &page));
     let _ = std::fs::remove_dir_all(&dir);
