@@ -19,6 +19,7 @@ pub mod check;
 pub mod clock;
 pub mod deliver;
 pub mod drain;
+pub mod endpoints;
 pub mod html;
 pub mod http;
 mod ids;

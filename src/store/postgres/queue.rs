@@ -338,3 +338,18 @@ pub async fn wait_until_drained(
         tokio::time::sleep(poll).await;
     }
 }
+
+/// Every per-key delivery target (`keyorder_endpoint`), in key order.
+pub async fn endpoints(client: &Client) -> Result<Vec<crate::endpoints::EndpointRow>, StoreError> {
+    let rows = client
+        .query("SELECT partition_key, url, secret_ref FROM keyorder_endpoint ORDER BY 1", &[])
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| crate::endpoints::EndpointRow {
+            key: r.get(0),
+            url: r.get(1),
+            secret_ref: r.get(2),
+        })
+        .collect())
+}

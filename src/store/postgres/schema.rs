@@ -78,6 +78,16 @@ const MIGRATIONS: &[&str] = &[
     WHERE (SELECT is_called FROM keyorder_lease_epoch)
     ON CONFLICT DO NOTHING;
     "#,
+    // 5: a delivery target per key (a subscription's own URL), with a reference to its
+    // signing secret (`env:NAME` or `file:PATH`, never the secret itself). Keys without a row
+    // go to the worker's --deliver URL. The queue tables are untouched.
+    r#"
+    CREATE TABLE IF NOT EXISTS keyorder_endpoint (
+      partition_key TEXT PRIMARY KEY,
+      url           TEXT NOT NULL,
+      secret_ref    TEXT
+    );
+    "#,
 ];
 
 /// The schema version this build writes and expects.
