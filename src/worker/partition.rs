@@ -64,8 +64,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Ok(Turn::Release) => {
                     // A failed unlock still ends the session, and with it the lock.
-                    let handover =
-                        if self.unsettled { Handover::Unclean } else { Handover::Clean };
+                    let handover = if self.unsettled { Handover::Unclean } else { Handover::Clean };
                     return match lease.release(handover).await {
                         Ok(()) => PartitionExit::Released(partition),
                         Err(err) => PartitionExit::Lost(partition, err),
@@ -133,7 +132,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
             .await
             .unwrap_or(Err(DeliverError::Timeout { after: timeout }));
         // An answer of any status settles the attempt; no answer leaves it possibly running.
-        self.unsettled = matches!(outcome, Err(DeliverError::Timeout { .. } | DeliverError::Io(_)));
+        self.unsettled = matches!(&outcome, Err(e) if e.may_be_processing());
         match outcome {
             Ok(()) => Input::DeliverySucceeded { seq: head.seq },
             Err(err) => Input::DeliveryFailed {
