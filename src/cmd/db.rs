@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use keyorder::clock::TokioClock;
-use keyorder::http::{HttpDeliverer, Target};
 use keyorder::key::Event;
 use keyorder::retry::RetryPolicy;
 use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
@@ -17,6 +16,7 @@ use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionCount, Router};
 use tokio_postgres::Client;
 
+use super::delivery::DeliveryArgs;
 use super::BadInput;
 
 /// Runs `fut` on a current-thread runtime inside a `LocalSet`.
@@ -151,9 +151,8 @@ async fn insert(
 pub struct WorkArgs {
     #[command(flatten)]
     db: Database,
-    /// Where to POST each event: http://host[:port]/path.
-    #[arg(long)]
-    deliver: String,
+    #[command(flatten)]
+    delivery: DeliveryArgs,
     /// The partition count (must match the producers').
     #[arg(long, value_parser = parse_count, default_value = "16")]
     partitions: PartitionCount,
@@ -181,7 +180,7 @@ pub struct WorkArgs {
 }
 
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
-    let target = Target::parse(&args.deliver).map_err(|e| BadInput(e.to_string()))?;
+    let deliverer = args.delivery.deliverer()?;
     let retry = RetryPolicy::new(
         args.max_attempts,
         Duration::from_millis(args.backoff_base_ms),
@@ -218,11 +217,10 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         drop(client);
         eprintln!(
             "keyorder work: {} delivering {} partitions to {}; SIGINT or SIGTERM stops after the in-flight deliveries",
-            args.name, args.partitions, args.deliver
+            args.name, args.partitions, args.delivery.deliver
         );
         let stop = shutdown(args.stop_after);
-        let report =
-            worker::run(store, HttpDeliverer::new(target), TokioClock::start(), config, stop).await;
+        let report = worker::run(store, deliverer, TokioClock::start(), config, stop).await;
         eprintln!(
             "keyorder work: stopped; leases taken {}, given back {}, lost {}",
             report.acquired, report.released, report.lost

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 pub(crate) mod db;
+mod delivery;
 mod plan;
 mod route;
 
