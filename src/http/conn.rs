@@ -3,7 +3,6 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -128,21 +127,18 @@ where
     (sender, Box::pin(conn))
 }
 
-/// Polls `fut` to completion while driving the connection. Once the driver has finished (the
+/// Polls `fut` to completion while driving the connection. The driver is polled first, so a
+/// reply it reads is seen by `fut` in the same wake-up. Once the driver has finished (the
 /// connection closed), hyper has failed or completed everything in flight, so `fut` ends.
 async fn drive<T>(driver: &mut Option<Driver>, fut: impl Future<Output = T>) -> T {
     let mut fut = pin!(fut);
     poll_fn(|cx| {
-        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
-            return Poll::Ready(out);
-        }
         if let Some(d) = driver {
             if d.as_mut().poll(cx).is_ready() {
                 *driver = None;
-                return fut.as_mut().poll(cx);
             }
         }
-        Poll::Pending
+        fut.as_mut().poll(cx)
     })
     .await
 }
