@@ -29,6 +29,76 @@ pub enum DeliverError {
     /// The endpoint could not be reached or the connection broke.
     #[error("connection failed: {0}")]
     Io(#[from] std::io::Error),
+    /// No connection could be made to `addr` (refused, unresolvable, connect timeout): the
+    /// request was never sent.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// `host:port`.
+        addr: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TLS handshake with `addr` failed (for example an untrusted certificate): the request
+    /// was never sent.
+    #[error("TLS handshake with {addr} failed: {source}")]
+    Tls {
+        /// `host:port`.
+        addr: String,
+        /// What failed, with rustls's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The request was sent, or may have been, and no complete answer came back (the
+    /// connection broke or the reply was malformed): the endpoint may still be processing it.
+    #[error("request to {addr} failed: {}", flat(.source))]
+    Exchange {
+        /// `host:port`.
+        addr: String,
+        /// What failed.
+        #[source]
+        source: hyper::Error,
+    },
+    /// The endpoint answered with a redirect, which is not followed.
+    #[error("HTTP {status} redirect to {} (redirects are not followed: deliver to the final URL)", location.as_deref().unwrap_or("<no Location header>"))]
+    Redirect {
+        /// The 3xx status.
+        status: u16,
+        /// The `Location` header, if any.
+        location: Option<String>,
+    },
+    /// The endpoint's reply body was longer than the limit.
+    #[error("HTTP {status} reply larger than {} (the limit)", size(*.limit))]
+    ReplyTooLarge {
+        /// The status that came with the body.
+        status: u16,
+        /// The limit in bytes.
+        limit: usize,
+    },
+}
+
+/// An error and its causes on one line, for texts that end up in `last_error`.
+fn flat(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// `1 MiB`, `64 KiB` or `100 bytes`.
+fn size(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
 }
 
 impl DeliverError {
@@ -38,6 +108,16 @@ impl DeliverError {
             DeliverError::Status { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+
+    /// Whether the endpoint may still be processing the request: no answer came back although
+    /// the request was (or may have been) sent. A lease handed back after such a delivery is
+    /// unclean, so a successor waits out the delivery timeout before delivering.
+    pub fn may_be_processing(&self) -> bool {
+        matches!(
+            self,
+            DeliverError::Timeout { .. } | DeliverError::Io(_) | DeliverError::Exchange { .. }
+        )
     }
 }
 

@@ -18,6 +18,7 @@ use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionCount, PartitionId, Router, Time};
 use tokio_postgres::Client;
 
+use super::bench_http::{self, Delivery};
 use super::db::{block_on, Database};
 
 #[derive(Debug, Args)]
@@ -39,6 +40,16 @@ pub struct BenchArgs {
     /// Distinct keys the events spread over.
     #[arg(long, default_value_t = 10_000)]
     keys: u64,
+    /// Deliverers to drain with first, one worker each: noop, http (a loopback receiver),
+    /// https (the same over TLS).
+    #[arg(long, value_delimiter = ',', default_value = "noop")]
+    deliver: Vec<Delivery>,
+    /// Partition counts of the deliverer drains.
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    partitions: Vec<i64>,
+    /// Only the deliverer drains: skip the worker-count and churn measurements.
+    #[arg(long)]
+    only_delivery: bool,
     /// Confirm that the database's queue tables may be emptied.
     #[arg(long)]
     yes: bool,
@@ -66,8 +77,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let mut c = args.db.client().await?;
         schema::migrate(&mut c).await?;
         c.batch_execute("TRUNCATE delivery_queue, delivery_dlq").await?;
-        let clock = TokioClock::start();
         let mut next = 0u64;
+        deliveries(&args, &mut c, &mut next).await?;
+        if args.only_delivery {
+            return Ok(());
+        }
+        let clock = TokioClock::start();
         let t0 = clock.now();
         enqueue(&mut c, &mut next, args.events, args.keys).await?;
         let secs = clock.now().saturating_since(t0).as_secs_f64();
@@ -122,7 +137,44 @@ async fn best_of(
 }
 
 async fn enqueue(c: &mut Client, next: &mut u64, n: u64, keys: u64) -> anyhow::Result<()> {
-    let router = Router::new(PartitionCount::new(PARTITIONS)?);
+    enqueue_routed(c, next, n, keys, PartitionCount::new(PARTITIONS)?).await
+}
+
+/// The drain rate of each `--deliver` at each `--partitions`, one worker, the events enqueued
+/// afresh each time; leaves the queue empty.
+async fn deliveries(args: &BenchArgs, c: &mut Client, next: &mut u64) -> anyhow::Result<()> {
+    for &p in &args.partitions {
+        let count = PartitionCount::new(p)?;
+        let mut noop = None;
+        for &d in &args.deliver {
+            c.batch_execute("TRUNCATE delivery_queue").await?;
+            enqueue_routed(c, next, args.events, args.keys, count).await?;
+            let store = PgStore::new(&args.db.database, count, PgOptions::default())?;
+            let mut cfg = WorkerConfig::new(format!("bench-{d:?}-{p}"));
+            cfg.delivery_timeout = Duration::from_millis(1000);
+            cfg.rebalance_every = Duration::from_millis(100);
+            cfg.idle_poll = Duration::from_millis(10);
+            let rate = bench_http::bench_delivery(store, args.events, d, cfg).await?;
+            noop = noop.or((d == Delivery::Noop).then_some(rate));
+            let ratio = noop.map(|n| format!(" ({:.0}% of noop)", rate / n * 100.0));
+            println!(
+                "drain, 1 worker, {p} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
+                ratio.unwrap_or_default()
+            );
+        }
+    }
+    c.batch_execute("TRUNCATE delivery_queue").await?;
+    Ok(())
+}
+
+async fn enqueue_routed(
+    c: &mut Client,
+    next: &mut u64,
+    n: u64,
+    keys: u64,
+    count: PartitionCount,
+) -> anyhow::Result<()> {
+    let router = Router::new(count);
     let mut left = n;
     while left > 0 {
         let size = left.min(BATCH);

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use keyorder::http::{HttpDeliverer, Target};
 use keyorder::key::Event;
 use keyorder::retry::RetryPolicy;
 use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
@@ -16,6 +15,7 @@ use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionCount, Router};
 use tokio_postgres::Client;
 
+use super::delivery::DeliveryArgs;
 use super::BadInput;
 
 /// Runs `fut` on a current-thread runtime inside a `LocalSet`.
@@ -150,9 +150,8 @@ async fn insert(
 pub struct WorkArgs {
     #[command(flatten)]
     db: Database,
-    /// Where to POST each event: http://host[:port]/path.
-    #[arg(long)]
-    deliver: String,
+    #[command(flatten)]
+    delivery: DeliveryArgs,
     /// The partition count (must match the producers').
     #[arg(long, value_parser = parse_count, default_value = "16")]
     partitions: PartitionCount,
@@ -185,7 +184,10 @@ pub struct WorkArgs {
 }
 
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
-    let target = Target::parse(&args.deliver).map_err(|e| BadInput(e.to_string()))?;
+    // Built once here so that a mistake is reported before anything starts; each worker
+    // thread builds its own from the same options.
+    args.delivery.deliverer()?;
+    let delivery = args.delivery.clone();
     let retry = RetryPolicy::new(
         args.max_attempts,
         Duration::from_millis(args.backoff_base_ms),
@@ -204,7 +206,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
     })??;
     eprintln!(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
-        args.name, args.partitions, args.deliver, args.threads
+        args.name, args.partitions, args.delivery.deliver, args.threads
     );
     let (name, delivery_timeout, idle_poll) = (
         args.name.clone(),
@@ -218,7 +220,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         config.idle_poll = idle_poll;
         config.rng_seed = std::process::id().into();
         config.observer = Some(observer());
-        Ok((store.clone(), HttpDeliverer::new(target.clone()), config))
+        Ok((store.clone(), delivery.deliverer()?, config))
     })?;
     eprintln!(
         "keyorder work: stopped; leases taken {}, given back {}, lost {}",

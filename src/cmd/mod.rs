@@ -4,8 +4,11 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_http;
 pub(crate) mod db;
+mod delivery;
 mod plan;
+mod receiver;
 mod route;
 mod workers;
 

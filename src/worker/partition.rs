@@ -132,7 +132,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
             .await
             .unwrap_or(Err(DeliverError::Timeout { after: timeout }));
         // An answer of any status settles the attempt; no answer leaves it possibly running.
-        self.unsettled = matches!(outcome, Err(DeliverError::Timeout { .. } | DeliverError::Io(_)));
+        self.unsettled = matches!(&outcome, Err(e) if e.may_be_processing());
         match outcome {
             Ok(()) => Input::DeliverySucceeded { seq: head.seq },
             Err(err) => Input::DeliveryFailed {

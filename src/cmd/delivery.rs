@@ -1,0 +1,142 @@
+//! The delivery options of `keyorder work` (`--deliver`, `--ca-file`, signing, timeouts) and
+//! the deliverer they build. Every mistake the user can fix is a [`BadInput`] saying what.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use keyorder::http::{HttpDeliverer, HttpOptions, Scheme, Signing, SigningKey, Target, TlsConfig};
+
+use super::BadInput;
+
+/// The environment variable that may hold the signing secret.
+pub const SECRET_ENV: &str = "KEYORDER_SIGNING_SECRET";
+
+/// Where and how events are delivered.
+#[derive(Debug, Clone, Args)]
+pub struct DeliveryArgs {
+    /// Where to POST each event: http://host[:port]/path or https://host[:port]/path
+    /// (IPv6 as [addr]). Redirects are not followed.
+    #[arg(long)]
+    pub deliver: String,
+    /// PEM file of extra CA certificates trusted for https:// (a private CA), besides the
+    /// built-in Mozilla roots.
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+    /// File holding the Standard Webhooks signing secret ("whsec_<base64>", or any other text
+    /// used as raw bytes; a trailing newline is ignored). The secret may instead be in the
+    /// KEYORDER_SIGNING_SECRET environment variable; the file wins. With a secret each request
+    /// carries webhook-id, webhook-timestamp and webhook-signature; without one, no
+    /// webhook-timestamp or webhook-signature is sent.
+    #[arg(long, value_name = "PATH")]
+    pub signing_secret_file: Option<PathBuf>,
+    /// How long connecting may take, in ms (TCP, then the TLS handshake, each).
+    #[arg(long, default_value_t = 5_000)]
+    pub connect_timeout_ms: u64,
+    /// The largest reply body accepted, in bytes; a longer reply fails the delivery.
+    #[arg(long, default_value_t = keyorder::http::DEFAULT_MAX_REPLY)]
+    pub max_reply_bytes: usize,
+}
+
+impl DeliveryArgs {
+    /// The deliverer these options describe, or what the user must fix.
+    pub fn deliverer(&self) -> Result<HttpDeliverer, BadInput> {
+        let target = Target::parse(&self.deliver).map_err(|e| BadInput(e.to_string()))?;
+        let tls = match (&self.ca_file, target.scheme()) {
+            (None, _) => None,
+            (Some(path), Scheme::Https) => Some(
+                TlsConfig::with_ca_file(path).map_err(|e| BadInput(format!("--ca-file: {e}")))?,
+            ),
+            (Some(_), Scheme::Http) => {
+                return Err(BadInput(format!(
+                    "--ca-file applies to https:// only, but --deliver is {target}"
+                )))
+            }
+        };
+        let env = std::env::var(SECRET_ENV).ok();
+        let key = secret(self.signing_secret_file.as_deref(), env.as_deref())?;
+        let signing = key.map(|key| Signing { key, unix_time: unix_now });
+        let options = HttpOptions {
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms.max(1)),
+            max_reply: self.max_reply_bytes,
+            tls,
+            signing,
+        };
+        Ok(HttpDeliverer::with_options(target, options))
+    }
+}
+
+/// The signing key from the secret file, else from the environment's value, else none.
+fn secret(file: Option<&Path>, env: Option<&str>) -> Result<Option<SigningKey>, BadInput> {
+    let (text, from) = match (file, env) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                BadInput(format!("cannot read --signing-secret-file {}: {e}", path.display()))
+            })?;
+            (text, format!("--signing-secret-file {}", path.display()))
+        }
+        (None, Some(value)) => (value.to_owned(), SECRET_ENV.to_owned()),
+        (None, None) => return Ok(None),
+    };
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    SigningKey::from_secret(text).map(Some).map_err(|e| BadInput(format!("{from}: {e}")))
+}
+
+/// Unix seconds now, for `webhook-timestamp`.
+#[allow(clippy::disallowed_methods)] // the signature's timestamp is wall-clock time by definition
+fn unix_now() -> u64 {
+    let now = std::time::SystemTime::now();
+    now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: &str) -> DeliveryArgs {
+        DeliveryArgs {
+            deliver: url.into(),
+            ca_file: None,
+            signing_secret_file: None,
+            connect_timeout_ms: 5_000,
+            max_reply_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn bad_options_say_what_to_fix() {
+        let err = |a: DeliveryArgs| a.deliverer().unwrap_err().0;
+        assert!(err(args("ftp://h/")).contains("http:// or https://"));
+        let ca = |url: &str, path: &str| DeliveryArgs { ca_file: Some(path.into()), ..args(url) };
+        assert!(err(ca("http://h/", "x.pem")).contains("https:// only"));
+        let missing = err(ca("https://h/", "/nonexistent/ca.pem"));
+        assert!(
+            missing.starts_with("--ca-file: cannot read CA file /nonexistent/ca.pem"),
+            "{missing}"
+        );
+        assert!(args("https://localhost/").deliverer().is_ok());
+    }
+
+    #[test]
+    fn secrets_come_from_the_file_first_then_the_environment() {
+        let dir = std::env::temp_dir().join(format!("keyorder-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
+        let from_file = secret(Some(&file), Some("ignored")).unwrap().unwrap();
+        let expected = SigningKey::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        assert_eq!(from_file.sign("id", 1, b"x"), expected.sign("id", 1, b"x"), "newline trimmed");
+        let raw = secret(None, Some("plain")).unwrap().unwrap();
+        assert_eq!(
+            raw.sign("id", 1, b"x"),
+            SigningKey::from_secret("plain").unwrap().sign("id", 1, b"x")
+        );
+        assert!(secret(None, None).unwrap().is_none());
+        std::fs::write(&file, "\n").unwrap();
+        let empty = secret(Some(&file), None).unwrap_err().0;
+        assert!(empty.contains("--signing-secret-file") && empty.contains("empty"), "{empty}");
+        assert!(secret(Some(&dir.join("none")), None).unwrap_err().0.contains("cannot read"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

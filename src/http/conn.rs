@@ -1,0 +1,144 @@
+//! One HTTP/1.1 connection (plain or TLS) and its hyper driver, polled by the delivering task
+//! itself: no spawned task, so nothing outlives the deliverer and no `LocalSet` is needed.
+
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper::client::conn::{http1, TrySendError};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use super::target::Target;
+use super::tls::TlsConfig;
+use crate::deliver::DeliverError;
+
+/// The connection's state machine; it must be polled for the request and reply to progress.
+type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>>>>;
+
+/// A request as the connection sends it.
+pub(super) type Req = Request<Full<Bytes>>;
+
+/// An open connection: the request sender and, until the connection ends, its driver.
+pub(super) struct Conn {
+    sender: http1::SendRequest<Full<Bytes>>,
+    driver: Option<Driver>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn").field("open", &self.driver.is_some()).finish()
+    }
+}
+
+impl Conn {
+    /// Connects to `target` (TCP with `TCP_NODELAY`, then TLS when `tls` is given) within
+    /// `timeout` for each step, and waits until the connection takes a request.
+    pub(super) async fn open(
+        target: &Target,
+        tls: Option<&TlsConfig>,
+        timeout: Duration,
+    ) -> Result<Conn, DeliverError> {
+        let addr = target.authority();
+        let timed_out = |what: &str| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no {what} within {timeout:?} (the connect timeout)"),
+            )
+        };
+        let tcp = tokio::time::timeout(timeout, TcpStream::connect((target.host(), target.port())))
+            .await
+            .map_err(|_| timed_out("connection"))
+            .and_then(|r| r)
+            .map_err(|source| DeliverError::Connect { addr: addr.clone(), source })?;
+        tcp.set_nodelay(true)
+            .map_err(|source| DeliverError::Connect { addr: addr.clone(), source })?;
+        let handshake = match tls {
+            None => http1::handshake(TokioIo::new(tcp)).await.map(boxed),
+            Some(config) => {
+                let tls_err = |source| DeliverError::Tls { addr: addr.clone(), source };
+                let name = ServerName::try_from(target.host().to_owned()).map_err(|e| {
+                    tls_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+                })?;
+                let connector = TlsConnector::from(config.0.clone());
+                let stream = tokio::time::timeout(timeout, connector.connect(name, tcp))
+                    .await
+                    .map_err(|_| timed_out("TLS handshake"))
+                    .and_then(|r| r)
+                    .map_err(tls_err)?;
+                http1::handshake(TokioIo::new(stream)).await.map(boxed)
+            }
+        };
+        let (sender, driver) =
+            handshake.map_err(|source| DeliverError::Exchange { addr: addr.clone(), source })?;
+        let mut conn = Conn { sender, driver: Some(driver) };
+        if conn.ready().await {
+            Ok(conn)
+        } else {
+            let source = std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the server closed the connection before a request was sent",
+            );
+            Err(DeliverError::Connect { addr, source })
+        }
+    }
+
+    /// Whether the connection can take another request; `false` once the server closed it
+    /// (`Connection: close`, an HTTP/1.0 reply, an idle timeout), found without waiting.
+    pub(super) async fn ready(&mut self) -> bool {
+        if self.driver.is_none() || self.sender.is_closed() {
+            return false;
+        }
+        let sender = &mut self.sender;
+        drive(&mut self.driver, poll_fn(|cx| sender.poll_ready(cx))).await.is_ok()
+    }
+
+    /// Sends `request` and waits for the reply's head. A request that was not written comes
+    /// back in the error.
+    pub(super) async fn send(
+        &mut self,
+        request: Req,
+    ) -> Result<Response<Incoming>, TrySendError<Req>> {
+        let reply = self.sender.try_send_request(request);
+        drive(&mut self.driver, reply).await
+    }
+
+    /// The next frame of `body`.
+    pub(super) async fn frame(
+        &mut self,
+        body: &mut Incoming,
+    ) -> Option<Result<Frame<Bytes>, hyper::Error>> {
+        drive(&mut self.driver, body.frame()).await
+    }
+}
+
+fn boxed<T>(
+    (sender, conn): (http1::SendRequest<Full<Bytes>>, http1::Connection<T, Full<Bytes>>),
+) -> (http1::SendRequest<Full<Bytes>>, Driver)
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+{
+    (sender, Box::pin(conn))
+}
+
+/// Polls `fut` to completion while driving the connection. The driver is polled first, so a
+/// reply it reads is seen by `fut` in the same wake-up. Once the driver has finished (the
+/// connection closed), hyper has failed or completed everything in flight, so `fut` ends.
+async fn drive<T>(driver: &mut Option<Driver>, fut: impl Future<Output = T>) -> T {
+    let mut fut = pin!(fut);
+    poll_fn(|cx| {
+        if let Some(d) = driver {
+            if d.as_mut().poll(cx).is_ready() {
+                *driver = None;
+            }
+        }
+        fut.as_mut().poll(cx)
+    })
+    .await
+}

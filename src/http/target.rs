@@ -1,0 +1,213 @@
+//! The delivery URL: `http://` or `https://`, a host (name, IPv4, or `[IPv6]`), an optional
+//! port and a path with query. Parsed once, so every request reuses the checked parts.
+
+use std::fmt;
+use std::net::Ipv6Addr;
+
+use hyper::http::uri::PathAndQuery;
+
+/// Why a delivery URL was refused. Each variant carries the URL as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    /// The scheme is neither `http://` nor `https://`.
+    #[error("delivery URL {url:?} must start with http:// or https://")]
+    Scheme {
+        /// The URL as given.
+        url: String,
+    },
+    /// No host, or a host with characters no host name has.
+    #[error("delivery URL {url:?} has no valid host (a name, an IPv4 address or [IPv6])")]
+    Host {
+        /// The URL as given.
+        url: String,
+    },
+    /// `user:password@` in the URL: credentials are not sent from the URL.
+    #[error("delivery URL {url:?} contains credentials (user@host), which are not supported")]
+    Credentials {
+        /// The URL as given.
+        url: String,
+    },
+    /// The port is not a number from 1 to 65535.
+    #[error("delivery URL {url:?} has an invalid port (1 to 65535)")]
+    Port {
+        /// The URL as given.
+        url: String,
+    },
+    /// The path or query contains characters that cannot be sent (spaces, controls, `#`).
+    #[error("delivery URL {url:?} has an invalid path or query (spaces, control characters and #fragments cannot be sent)")]
+    Path {
+        /// The URL as given.
+        url: String,
+    },
+}
+
+/// The transport of a [`Target`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// Plain TCP.
+    Http,
+    /// TLS over TCP, the server's certificate checked against the host name.
+    Https,
+}
+
+/// Where deliveries go: a parsed, checked `http://` or `https://` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    scheme: Scheme,
+    /// The host without brackets: what is resolved and what TLS checks.
+    host: String,
+    port: u16,
+    path: PathAndQuery,
+}
+
+impl Target {
+    /// Parses `http[s]://host[:port][/path][?query]`; the port defaults to 80 or 443 and the
+    /// path to `/`. Anything else is refused with an error that says what is wrong.
+    pub fn parse(url: &str) -> Result<Self, UrlError> {
+        let owned = || url.to_owned();
+        let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+        let (scheme, rest) = if lower.starts_with("https://") {
+            (Scheme::Https, &url[8..])
+        } else if lower.starts_with("http://") {
+            (Scheme::Http, &url[7..])
+        } else {
+            return Err(UrlError::Scheme { url: owned() });
+        };
+        let split = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(split);
+        if authority.contains('@') {
+            return Err(UrlError::Credentials { url: owned() });
+        }
+        let (host, port) =
+            split_authority(authority).ok_or_else(|| UrlError::Host { url: owned() })?;
+        let port = match port {
+            None => match scheme {
+                Scheme::Http => 80,
+                Scheme::Https => 443,
+            },
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => return Err(UrlError::Port { url: owned() }),
+            },
+        };
+        let path = match path {
+            "" => "/".to_owned(),
+            p if p.starts_with('?') => format!("/{p}"),
+            p => p.to_owned(),
+        };
+        if path.contains('#') || path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(UrlError::Path { url: owned() });
+        }
+        let path = PathAndQuery::try_from(path).map_err(|_| UrlError::Path { url: owned() })?;
+        Ok(Self { scheme, host: host.to_owned(), port, path })
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The host, without the brackets of an IPv6 address.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port (80 or 443 unless the URL gave one).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The path and query, at least `/`.
+    pub fn path(&self) -> &str {
+        self.path.as_str()
+    }
+
+    /// `host:port` (`[v6]:port`), as connect errors and the `Host` header name it.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    pub(crate) fn path_and_query(&self) -> &PathAndQuery {
+        &self.path
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = match self.scheme {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        };
+        write!(f, "{scheme}://{}{}", self.authority(), self.path)
+    }
+}
+
+/// Splits `host[:port]` or `[v6][:port]`; `None` if the host is empty or malformed.
+fn split_authority(authority: &str) -> Option<(&str, Option<&str>)> {
+    let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
+        let (v6, after) = inner.split_once(']')?;
+        v6.parse::<Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        return Some((v6, port));
+    } else {
+        match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+    if host.is_empty() || !host.chars().all(name_char) {
+        return None;
+    }
+    Some((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_into_their_parts() {
+        let t = Target::parse("http://127.0.0.1:8080/hook?a=1").unwrap();
+        assert_eq!(
+            (t.scheme(), t.host(), t.port(), t.path()),
+            (Scheme::Http, "127.0.0.1", 8080, "/hook?a=1")
+        );
+        let t = Target::parse("HTTPS://example.com").unwrap();
+        assert_eq!((t.scheme(), t.port(), t.path()), (Scheme::Https, 443, "/"));
+        let t = Target::parse("http://example/").unwrap();
+        assert_eq!(t.port(), 80);
+        let t = Target::parse("https://[::1]:8443?x=y").unwrap();
+        assert_eq!((t.host(), t.port(), t.path()), ("::1", 8443, "/?x=y"));
+        assert_eq!(t.authority(), "[::1]:8443");
+        assert_eq!(t.to_string(), "https://[::1]:8443/?x=y");
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_the_reason() {
+        let kind = |url: &str| Target::parse(url).unwrap_err();
+        assert!(matches!(kind("ftp://example/"), UrlError::Scheme { .. }));
+        assert!(matches!(kind("example.com/hook"), UrlError::Scheme { .. }));
+        assert!(matches!(kind("http://:80/"), UrlError::Host { .. }));
+        assert!(matches!(kind("http:///x"), UrlError::Host { .. }));
+        assert!(matches!(kind("http://[zz]:80/"), UrlError::Host { .. }));
+        assert!(matches!(kind("http://::1/"), UrlError::Host { .. }));
+        assert!(matches!(kind("http://a b/"), UrlError::Host { .. }));
+        assert!(matches!(kind("http://u:p@h/"), UrlError::Credentials { .. }));
+        assert!(matches!(kind("http://h:port/"), UrlError::Port { .. }));
+        assert!(matches!(kind("http://h:0/"), UrlError::Port { .. }));
+        assert!(matches!(kind("http://h:70000/"), UrlError::Port { .. }));
+        assert!(matches!(kind("http://h:/"), UrlError::Port { .. }));
+        assert!(matches!(kind("http://h/a b"), UrlError::Path { .. }));
+        assert!(matches!(kind("http://h/a#frag"), UrlError::Path { .. }));
+        assert!(kind("ftp://x").to_string().contains("http:// or https://"));
+    }
+}
