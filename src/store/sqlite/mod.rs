@@ -1,0 +1,619 @@
+//! The SQLite store: the embedded default. Lease rows with an epoch stand in for advisory
+//! locks; every statement of a leased partition is fenced by holder and epoch.
+//!
+//! * **Connections.** Each session (a worker's membership, each partition's lease) owns one
+//!   connection on its own thread; the async side sends it jobs and awaits the answers, so no
+//!   blocking call runs on the worker's executor. Every connection runs in WAL mode with
+//!   `synchronous = NORMAL` and a busy timeout; every write is one `BEGIN IMMEDIATE`
+//!   transaction.
+//! * **Leases.** `keyorder_lease` has a row per partition: holder, epoch (incremented, across
+//!   all partitions, at each acquisition: the fencing token), expiry (Unix seconds computed
+//!   inside SQL, so Rust reads no wall clock) and how the last holder gave it up. A lease is
+//!   free when it has no holder or its expiry passed. The lease's thread renews it every
+//!   `lease_expiry / 3` on its own timer, so renewal goes on during a long delivery.
+//! * **Fencing.** Every head read, acknowledgement, retry update and dead-letter runs in a
+//!   write transaction whose first statement renews the lease *only if* it is still held by
+//!   this holder at this epoch and unexpired; when that changes no row the transaction is
+//!   rolled back and the call fails with [`StoreError::LeaseNotHeld`]. A worker whose lease
+//!   expired can thus neither read the next head nor acknowledge anything.
+//! * **The delivery rule.** A head is handed to the worker (from the read-ahead or a fresh
+//!   read) only while the lease is known to last at least [`SqliteOptions::delivery_timeout`]
+//!   longer, known from a fenced statement or renewal and measured from *before* it was sent;
+//!   otherwise the head is read again under the fence, which extends the lease to
+//!   `lease_expiry` from now. Since `lease_expiry > delivery_timeout` (checked by
+//!   [`SqliteOptions::validate`]), a delivery the worker starts ends, answered or timed out,
+//!   before its lease can expire and another worker can take the partition. What no lease can
+//!   prevent: a process paused (SIGSTOP, a VM freeze) between the head read and the send may
+//!   send that one event late, a duplicate; its acknowledgement is then refused.
+//! * **Acknowledgements** are deleted in batches of at most `ack_batch` rows or `ack_delay`
+//!   old, each batch fenced like any other write: a lost lease acknowledges nothing.
+//! * **Membership.** `keyorder_member` has a row per connected worker session, renewed every
+//!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
+//!   `keyorder work` processes on one file share the partitions fairly.
+//!
+//! Expiry is SQLite's wall clock (`unixepoch('subsec')`), the delivery rule tokio's monotonic
+//! clock: a wall clock stepped forward by more than `lease_expiry - delivery_timeout` can end a
+//! lease early.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::clock::{Clock, TokioClock};
+use crate::ids::{Epoch, PartitionId, Seq, Time};
+use crate::migrate::DEFAULT_HOLD_POLL;
+use crate::routing::PartitionCount;
+use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
+
+mod conn;
+pub mod queue;
+pub mod schema;
+
+use conn::{Conn, Tick};
+
+/// Tuning of the SQLite store.
+#[derive(Clone, Copy, Debug)]
+pub struct SqliteOptions {
+    /// How long a lease (and a membership row) lasts without renewal. Renewed every third of
+    /// it. Must exceed `delivery_timeout`.
+    pub lease_expiry: Duration,
+    /// The worker's delivery timeout: a head is served only while the lease lasts at least this
+    /// much longer (the delivery rule, see the module docs).
+    pub delivery_timeout: Duration,
+    /// How long a connection waits for the write lock before failing.
+    pub busy_timeout: Duration,
+    /// Rows read ahead per head query.
+    pub read_ahead: usize,
+    /// Acknowledgements buffered before a batch delete.
+    pub ack_batch: usize,
+    /// The oldest an unflushed acknowledgement may be.
+    pub ack_delay: Duration,
+}
+
+impl SqliteOptions {
+    /// Defaults for a worker whose delivery timeout is `delivery_timeout`: leases last three
+    /// times as long (30 s for the default 10 s), renewed every `delivery_timeout`.
+    pub fn for_delivery_timeout(delivery_timeout: Duration) -> Self {
+        Self {
+            lease_expiry: delivery_timeout.saturating_mul(3),
+            delivery_timeout,
+            busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+            read_ahead: 64,
+            ack_batch: 128,
+            ack_delay: Duration::from_millis(50),
+        }
+    }
+
+    /// Refuses options that break the delivery rule: a lease must outlast a delivery.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if self.lease_expiry <= self.delivery_timeout {
+            return Err(StoreError::Refused {
+                operation: "configure the SQLite store",
+                reason: format!(
+                    "the lease expiry ({:?}) must exceed the delivery timeout ({:?}), or a delivery could outlast its lease",
+                    self.lease_expiry, self.delivery_timeout
+                ),
+            });
+        }
+        if self.read_ahead == 0 || self.ack_batch == 0 {
+            return Err(StoreError::Refused {
+                operation: "configure the SQLite store",
+                reason: "read_ahead and ack_batch must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.lease_expiry / 3
+    }
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self::for_delivery_timeout(Duration::from_secs(10))
+    }
+}
+
+/// A handle that opens sessions on one database file. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    count: PartitionCount,
+    options: SqliteOptions,
+    clock: TokioClock,
+}
+
+/// Distinguishes the sessions of one process in holder and member names.
+static SESSION: AtomicU64 = AtomicU64::new(0);
+
+fn session_name(prefix: &str) -> String {
+    let n = SESSION.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}:{}:{n}", std::process::id())
+}
+
+impl SqliteStore {
+    /// A store for the database file at `path` (opened and migrated with [`schema::open`]
+    /// first), leasing under `count` partitions and timing its delivery rule with `clock`.
+    pub fn new(
+        path: impl Into<PathBuf>,
+        count: PartitionCount,
+        options: SqliteOptions,
+        clock: TokioClock,
+    ) -> Result<Self, StoreError> {
+        options.validate()?;
+        Ok(Self { path: path.into(), count, options, clock })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// A worker's membership session: its row in `keyorder_member`, renewed by its thread and
+/// deleted when the session is dropped.
+pub struct SqliteControl {
+    conn: Conn,
+    count: PartitionCount,
+}
+
+impl Store for SqliteStore {
+    type Control = SqliteControl;
+    type Lease = SqliteLease;
+
+    async fn connect(&self, worker: &str) -> Result<SqliteControl, StoreError> {
+        let member = session_name(worker);
+        let expiry = secs(self.options.lease_expiry);
+        let upsert = "INSERT INTO keyorder_member (member, expires_at) VALUES (?1, unixepoch('subsec') + ?2)
+                      ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at";
+        let (m1, m2) = (member.clone(), member.clone());
+        let tick = Tick {
+            every: self.options.renew_every(),
+            run: Box::new(move |c: &mut Connection| {
+                // A failed renewal is retried at the next tick; meanwhile the row may expire,
+                // which only makes the others take a larger share for a while.
+                let _ = c.execute(upsert, params![m1, expiry]);
+            }),
+            on_close: Some(Box::new(move |c: &mut Connection| {
+                let _ = c.execute("DELETE FROM keyorder_member WHERE member = ?1", [&m2]);
+            })),
+        };
+        let conn = Conn::open(&self.path, self.options.busy_timeout, Some(tick)).await?;
+        conn.call(move |c| {
+            schema::require_current(c)?;
+            c.execute(upsert, params![member, expiry])?;
+            Ok(())
+        })
+        .await?;
+        Ok(SqliteControl { conn, count: self.count })
+    }
+
+    async fn acquire(&self, partition: PartitionId) -> Result<Option<SqliteLease>, StoreError> {
+        let holder = session_name("lease");
+        let state = Arc::new(Mutex::new(LeaseState { fence: None, valid_until: Time::ZERO }));
+        let tick = renewal(state.clone(), self.clock, self.options.lease_expiry);
+        let conn = Conn::open(&self.path, self.options.busy_timeout, Some(tick)).await?;
+        let expiry = secs(self.options.lease_expiry);
+        let h = holder.clone();
+        let p = i64::from(partition.0);
+        let t0 = self.clock.now();
+        let Some((epoch, clean)) = conn.call(move |c| take_lease(c, p, &h, expiry)).await? else {
+            return Ok(None);
+        };
+        let fence = Fence { partition, epoch: Epoch(epoch as u64), holder, expiry };
+        {
+            let mut s = lock(&state);
+            s.fence = Some(fence.clone());
+            s.valid_until = t0.saturating_add(self.options.lease_expiry);
+        }
+        Ok(Some(SqliteLease {
+            conn,
+            fence,
+            handover: if clean { Handover::Clean } else { Handover::Unclean },
+            state,
+            clock: self.clock,
+            options: self.options,
+            ahead: VecDeque::new(),
+            held: false,
+            acks: Vec::new(),
+            oldest_ack: None,
+        }))
+    }
+}
+
+/// Takes `partition`'s lease for `holder` if it is free: `(epoch, clean hand-back)`.
+fn take_lease(
+    c: &mut Connection,
+    p: i64,
+    holder: &str,
+    expiry: f64,
+) -> Result<Option<(i64, bool)>, StoreError> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute("INSERT INTO keyorder_lease (partition) VALUES (?1) ON CONFLICT (partition) DO NOTHING", [p])?;
+    let (busy, clean): (bool, bool) = tx.query_row(
+        "SELECT holder IS NOT NULL AND expires_at > unixepoch('subsec'), holder IS NULL AND clean = 1
+         FROM keyorder_lease WHERE partition = ?1",
+        [p],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if busy {
+        return Ok(None);
+    }
+    let epoch: i64 =
+        tx.query_row("SELECT coalesce(max(epoch), 0) + 1 FROM keyorder_lease", [], |r| r.get(0))?;
+    // Held from now on is unclean until the holder says otherwise at release: an expiry or a
+    // crash leaves it so.
+    tx.execute(
+        "UPDATE keyorder_lease SET holder = ?2, epoch = ?3, expires_at = unixepoch('subsec') + ?4, clean = 0
+         WHERE partition = ?1",
+        params![p, holder, epoch, expiry],
+    )?;
+    tx.commit()?;
+    Ok(Some((epoch, clean)))
+}
+
+impl ControlSession for SqliteControl {
+    async fn live_workers(&mut self) -> Result<usize, StoreError> {
+        let n: i64 = self
+            .conn
+            .call(|c| {
+                Ok(c.query_row(
+                    "SELECT count(*) FROM keyorder_member WHERE expires_at > unixepoch('subsec')",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+            .await?;
+        Ok(n.max(1) as usize)
+    }
+
+    async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
+        let count = self.count;
+        self.conn.call(move |c| Ok(queue::consumer_count(c)?.unwrap_or(count))).await
+    }
+}
+
+/// What a fenced statement checks: this holder holds this partition at this epoch, unexpired.
+#[derive(Clone, Debug)]
+struct Fence {
+    partition: PartitionId,
+    epoch: Epoch,
+    holder: String,
+    expiry: f64,
+}
+
+impl Fence {
+    /// Renews the lease if and only if it is still held: the first statement of every fenced
+    /// transaction. Refused with [`StoreError::LeaseNotHeld`] otherwise.
+    fn check(&self, c: &Connection) -> Result<(), StoreError> {
+        let n = c
+            .prepare_cached(
+                "UPDATE keyorder_lease SET expires_at = unixepoch('subsec') + ?4
+                 WHERE partition = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at > unixepoch('subsec')",
+            )?
+            .execute(params![
+                i64::from(self.partition.0),
+                self.holder,
+                self.epoch.0 as i64,
+                self.expiry
+            ])?;
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(self.not_held())
+        }
+    }
+
+    fn not_held(&self) -> StoreError {
+        StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch }
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction that starts with the fence check.
+    fn run<T>(
+        &self,
+        c: &mut Connection,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.check(&tx)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+}
+
+/// What the async side and the renewal thread share.
+struct LeaseState {
+    /// `None` until the lease is taken, and once it is known lost.
+    fence: Option<Fence>,
+    /// Until when the lease is known held (measured before the confirming statement was sent).
+    valid_until: Time,
+}
+
+fn lock(state: &Mutex<LeaseState>) -> std::sync::MutexGuard<'_, LeaseState> {
+    // A panic while holding this lock leaves plain data behind: still usable.
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The lease thread's timer: renew under the fence; a refusal marks the lease lost.
+fn renewal(state: Arc<Mutex<LeaseState>>, clock: TokioClock, expiry: Duration) -> Tick {
+    Tick {
+        every: expiry / 3,
+        run: Box::new(move |c: &mut Connection| {
+            let Some(fence) = lock(&state).fence.clone() else { return };
+            let t0 = clock.now();
+            match fence.run(c, |_| Ok(())) {
+                Ok(()) => {
+                    let mut s = lock(&state);
+                    s.valid_until = s.valid_until.max(t0.saturating_add(expiry));
+                }
+                Err(StoreError::LeaseNotHeld { .. }) => lock(&state).fence = None,
+                // Busy or IO: try again next tick; the delivery rule stops serving heads
+                // before the lease could run out.
+                Err(_) => {}
+            }
+        }),
+        on_close: None,
+    }
+}
+
+/// One partition's lease: its own connection (and thread), and every statement of the
+/// partition on it, fenced.
+pub struct SqliteLease {
+    conn: Conn,
+    fence: Fence,
+    handover: Handover,
+    state: Arc<Mutex<LeaseState>>,
+    clock: TokioClock,
+    options: SqliteOptions,
+    /// Rows read ahead, head first.
+    ahead: VecDeque<StoredHead>,
+    /// The head read last was held by the online switch's barrier: read it again next time.
+    held: bool,
+    /// Acknowledged seqs not yet deleted.
+    acks: Vec<i64>,
+    oldest_ack: Option<Time>,
+}
+
+/// The head columns, and whether the online repartition's per-key barrier holds the row.
+const HEAD_SQL: &str = "SELECT seq, event_id, partition_key, payload, attempts,
+       max(coalesce(not_before, 0) - unixepoch('subsec'), 0), last_error,
+       (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
+          WHERE o.partition_key = q.partition_key AND o.layout < q.layout))
+     FROM delivery_queue q WHERE partition = ?1 ORDER BY seq LIMIT ?2";
+
+const DELETE_SQL: &str = "DELETE FROM delivery_queue WHERE partition = ?1 AND seq = ?2";
+
+fn delete_acks(c: &Connection, p: i64, acks: &[i64]) -> Result<(), StoreError> {
+    let mut del = c.prepare_cached(DELETE_SQL)?;
+    for seq in acks {
+        del.execute([p, *seq])?;
+    }
+    Ok(())
+}
+
+fn read_heads(c: &Connection, p: i64, limit: i64) -> Result<Vec<(StoredHead, bool)>, StoreError> {
+    let mut stmt = c.prepare_cached(HEAD_SQL)?;
+    let rows = stmt.query_map([p, limit], |r| {
+        let wait: f64 = r.get(5)?;
+        Ok((
+            StoredHead {
+                seq: Seq(r.get(0)?),
+                event_id: r.get(1)?,
+                key: r.get(2)?,
+                payload: r.get(3)?,
+                attempts: r.get::<_, i64>(4)?.clamp(0, i64::from(u32::MAX)) as u32,
+                wait: (wait > 0.0).then(|| Duration::from_secs_f64(wait)),
+                last_error: r.get(6)?,
+            },
+            r.get::<_, bool>(7)?,
+        ))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+impl SqliteLease {
+    fn p(&self) -> i64 {
+        i64::from(self.fence.partition.0)
+    }
+
+    /// Refuses at once when the renewal thread found the lease lost.
+    fn still_held(&self) -> Result<(), StoreError> {
+        match lock(&self.state).fence {
+            Some(_) => Ok(()),
+            None => Err(self.fence.not_held()),
+        }
+    }
+
+    /// Runs `f` fenced on the connection's thread; records the confirmed validity, or the loss.
+    async fn fenced<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.still_held()?;
+        let fence = self.fence.clone();
+        let t0 = self.clock.now();
+        match self.conn.call(move |c| fence.run(c, f)).await {
+            Ok(out) => {
+                let mut s = lock(&self.state);
+                s.valid_until = s.valid_until.max(t0.saturating_add(self.options.lease_expiry));
+                Ok(out)
+            }
+            Err(e) => {
+                if matches!(e, StoreError::LeaseNotHeld { .. }) {
+                    lock(&self.state).fence = None;
+                }
+                self.ahead.clear();
+                Err(e)
+            }
+        }
+    }
+
+    async fn flush_acks(&mut self) -> Result<(), StoreError> {
+        if self.acks.is_empty() {
+            return Ok(());
+        }
+        let acks = std::mem::take(&mut self.acks);
+        let p = self.p();
+        self.oldest_ack = None;
+        self.fenced(move |c| delete_acks(c, p, &acks)).await
+    }
+
+    /// Whether a head may be handed out now without a fresh fenced read (the delivery rule).
+    fn lease_outlasts_a_delivery(&self) -> bool {
+        let s = lock(&self.state);
+        s.fence.is_some()
+            && s.valid_until.saturating_since(self.clock.now()) > self.options.delivery_timeout
+    }
+}
+
+impl LeaseSession for SqliteLease {
+    fn partition(&self) -> PartitionId {
+        self.fence.partition
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.fence.epoch
+    }
+
+    fn handover(&self) -> Handover {
+        self.handover
+    }
+
+    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+        if !self.ahead.is_empty() && !self.held && self.lease_outlasts_a_delivery() {
+            return Ok(self.ahead.front().cloned());
+        }
+        let acks = std::mem::take(&mut self.acks);
+        self.oldest_ack = None;
+        let (p, limit) = (self.p(), self.options.read_ahead as i64);
+        let rows = self
+            .fenced(move |c| {
+                delete_acks(c, p, &acks)?;
+                read_heads(c, p, limit)
+            })
+            .await?;
+        self.ahead.clear();
+        self.held = false;
+        for (mut head, held) in rows {
+            if held {
+                // The barrier holds this row: a short wait (no attempt spent), and nothing
+                // behind it is read ahead, so the next look reads it again.
+                head.wait = Some(head.wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
+                self.ahead.push_back(head);
+                self.held = true;
+                break;
+            }
+            self.ahead.push_back(head);
+        }
+        Ok(self.ahead.front().cloned())
+    }
+
+    async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
+        self.still_held()?;
+        if self.ahead.front().is_some_and(|h| h.seq == seq) {
+            self.ahead.pop_front();
+        }
+        self.acks.push(seq.0);
+        let now = self.clock.now();
+        let oldest = *self.oldest_ack.get_or_insert(now);
+        if self.acks.len() >= self.options.ack_batch
+            || now.saturating_since(oldest) >= self.options.ack_delay
+        {
+            self.flush_acks().await?;
+        }
+        Ok(())
+    }
+
+    async fn schedule_retry(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        retry_in: Duration,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        let acks = std::mem::take(&mut self.acks);
+        self.oldest_ack = None;
+        self.ahead.clear();
+        let (p, error, wait) = (self.p(), error.to_owned(), secs(retry_in));
+        self.fenced(move |c| {
+            delete_acks(c, p, &acks)?;
+            c.prepare_cached(
+                "UPDATE delivery_queue
+                 SET attempts = ?3, not_before = unixepoch('subsec') + ?4, last_error = ?5
+                 WHERE partition = ?1 AND seq = ?2",
+            )?
+            .execute(params![p, seq.0, i64::from(attempts), wait, error])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn dead_letter(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let acks = std::mem::take(&mut self.acks);
+        self.oldest_ack = None;
+        self.ahead.clear();
+        let (p, reason) = (self.p(), reason.to_owned());
+        // One transaction: the row leaves the queue and enters the DLQ together or not at all.
+        self.fenced(move |c| {
+            delete_acks(c, p, &acks)?;
+            c.prepare_cached(
+                "INSERT INTO delivery_dlq (seq, partition, partition_key, event_id, payload, attempts, enqueued_at, reason)
+                 SELECT seq, partition, partition_key, event_id, payload, ?3, enqueued_at, ?4
+                 FROM delivery_queue WHERE partition = ?1 AND seq = ?2",
+            )?
+            .execute(params![p, seq.0, i64::from(attempts), reason])?;
+            c.prepare_cached(DELETE_SQL)?.execute([p, seq.0])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn release(mut self, handover: Handover) -> Result<(), StoreError> {
+        let acks = std::mem::take(&mut self.acks);
+        let (p, clean) = (self.p(), handover == Handover::Clean);
+        let fence = self.fence.clone();
+        // The last acknowledgements and the hand-back in one fenced transaction: a lease that
+        // ran out acknowledges nothing and records nothing.
+        self.fenced(move |c| {
+            delete_acks(c, p, &acks)?;
+            c.execute(
+                "UPDATE keyorder_lease SET holder = NULL, expires_at = 0, clean = ?4
+                 WHERE partition = ?1 AND holder = ?2 AND epoch = ?3",
+                params![p, fence.holder, fence.epoch.0 as i64, clean],
+            )?;
+            Ok(())
+        })
+        .await?;
+        lock(&self.state).fence = None;
+        Ok(())
+    }
+}
+
+/// The lease row of `partition` as stored: `(holder, epoch, seconds until expiry, clean)`, for
+/// operators and tests.
+pub fn lease_row(
+    c: &Connection,
+    partition: PartitionId,
+) -> Result<Option<(Option<String>, u64, f64, bool)>, StoreError> {
+    Ok(c.query_row(
+        "SELECT holder, epoch, expires_at - unixepoch('subsec'), clean FROM keyorder_lease WHERE partition = ?1",
+        [i64::from(partition.0)],
+        |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?, r.get(3)?)),
+    )
+    .optional()?)
+}
