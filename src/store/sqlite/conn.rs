@@ -14,13 +14,16 @@ use crate::store::StoreError;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
+/// A job run once when the connection closes.
+pub(crate) type OnClose = Box<dyn FnOnce(&mut Connection) + Send>;
+
 /// The thread's periodic job: how often, and what. It runs at least every `every`, also while
 /// requests keep arriving.
 pub(crate) struct Tick {
     pub(crate) every: Duration,
     pub(crate) run: Box<dyn FnMut(&mut Connection) + Send>,
     /// Runs once when the handle is dropped, before the connection closes.
-    pub(crate) on_close: Option<Box<dyn FnOnce(&mut Connection) + Send>>,
+    pub(crate) on_close: Option<OnClose>,
 }
 
 /// The handle of a connection thread. Dropping it ends the thread and closes the connection.

@@ -604,16 +604,32 @@ impl LeaseSession for SqliteLease {
     }
 }
 
-/// The lease row of `partition` as stored: `(holder, epoch, seconds until expiry, clean)`, for
-/// operators and tests.
-pub fn lease_row(
-    c: &Connection,
-    partition: PartitionId,
-) -> Result<Option<(Option<String>, u64, f64, bool)>, StoreError> {
+/// A partition's lease row as stored, for operators and tests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseRow {
+    /// The holder, if any (`None` after a release).
+    pub holder: Option<String>,
+    /// The epoch of the last acquisition.
+    pub epoch: u64,
+    /// Seconds until expiry (negative once expired).
+    pub expires_in: f64,
+    /// Whether the last holder gave it back cleanly (or there never was one).
+    pub clean: bool,
+}
+
+/// The lease row of `partition`, if it was ever leased.
+pub fn lease_row(c: &Connection, partition: PartitionId) -> Result<Option<LeaseRow>, StoreError> {
     Ok(c.query_row(
         "SELECT holder, epoch, expires_at - unixepoch('subsec'), clean FROM keyorder_lease WHERE partition = ?1",
         [i64::from(partition.0)],
-        |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get(2)?, r.get(3)?)),
+        |r| {
+            Ok(LeaseRow {
+                holder: r.get(0)?,
+                epoch: r.get::<_, i64>(1)? as u64,
+                expires_in: r.get(2)?,
+                clean: r.get(3)?,
+            })
+        },
     )
     .optional()?)
 }
