@@ -92,7 +92,8 @@ pub enum OpenMode {
     /// Create the file if it does not exist and lay down the schema in a fresh file; an
     /// existing keyorder database must be at [`SCHEMA_VERSION`].
     Create,
-    /// Upgrade: like `Create`, but an older keyorder schema is migrated too (`keyorder migrate`).
+    /// Upgrade (`keyorder migrate`): like `Create`, but an older keyorder schema is accepted,
+    /// and nothing is applied: the caller runs [`migrate`] and reports what it applied.
     Migrate,
     /// The file must exist and be at [`SCHEMA_VERSION`] (reading commands never create files).
     Existing,
@@ -167,7 +168,8 @@ fn inspect(path: &Path) -> Result<Found, StoreError> {
 
 /// Opens the keyorder database at `path` as `mode` allows, checking it first (see the module
 /// docs): on a refusal nothing has been written. The connection is configured (WAL,
-/// `synchronous = NORMAL`, busy timeout) and its schema is current.
+/// `synchronous = NORMAL`, busy timeout) and, unless `mode` is [`OpenMode::Migrate`], its
+/// schema is current.
 pub fn open(path: &Path, mode: OpenMode) -> Result<Connection, StoreError> {
     let shown = path.display();
     let found = inspect(path)?;
@@ -196,7 +198,10 @@ pub fn open(path: &Path, mode: OpenMode) -> Result<Connection, StoreError> {
         }
         _ => open_existing(path, DEFAULT_BUSY_TIMEOUT)?,
     };
-    migrate(&mut conn)?;
+    if mode != OpenMode::Migrate {
+        // A fresh file gets the schema; a current one is left as it is.
+        migrate(&mut conn)?;
+    }
     Ok(conn)
 }
 
