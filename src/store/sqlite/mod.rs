@@ -11,31 +11,33 @@
 //!   inside SQL, so Rust reads no wall clock) and how the last holder gave it up. A lease is
 //!   free when it has no holder or its expiry passed. The lease's thread renews it every
 //!   `lease_expiry / 3` on its own timer, so renewal goes on during a long delivery.
-//! * **Fencing.** Every head read, acknowledgement, retry update and dead-letter runs in a
-//!   write transaction whose first statement renews the lease *only if* it is still held by
-//!   this holder at this epoch and unexpired; when that changes no row the transaction is
-//!   rolled back and the call fails with [`StoreError::LeaseNotHeld`]. A worker whose lease
-//!   expired can thus neither read the next head nor acknowledge anything.
-//! * **The delivery rule.** A head is handed to the worker (from the read-ahead or a fresh
-//!   read) only while the lease is known to last at least [`SqliteOptions::delivery_timeout`]
-//!   longer, known from a fenced statement or renewal and measured from *before* it was sent;
-//!   otherwise the head is read again under the fence, which extends the lease to
-//!   `lease_expiry` from now. Since `lease_expiry > delivery_timeout` (checked by
-//!   [`SqliteOptions::validate`]), a delivery the worker starts ends, answered or timed out,
-//!   before its lease can expire and another worker can take the partition. What no lease can
-//!   prevent: a process paused (SIGSTOP, a VM freeze) between the head read and the send may
-//!   send that one event late, a duplicate; its acknowledgement is then refused.
+//! * **Fencing.** Every head read checks, in the same read transaction as the head query, that
+//!   this holder holds the lease at this epoch; every acknowledgement batch, retry update,
+//!   dead-letter and release runs in a write transaction whose first statement renews the lease
+//!   *only if* it is still held by this holder at this epoch and unexpired. When the check
+//!   fails the transaction is rolled back and the call fails with [`StoreError::LeaseNotHeld`]:
+//!   a worker whose lease expired can neither read the next head nor acknowledge anything.
+//! * **The delivery rule.** A head read succeeds only while the lease lasts at least
+//!   [`SqliteOptions::delivery_timeout`] longer, checked in SQL (`expires_at > now + timeout`);
+//!   when the renewal is behind, the read renews the lease first (fenced). Since
+//!   `lease_expiry > delivery_timeout` ([`SqliteOptions::validate`]), a delivery the worker
+//!   starts ends, answered or timed out, before its lease can expire and another worker can
+//!   take the partition. What no lease can prevent: a process paused (SIGSTOP, a VM freeze)
+//!   between the head read and the send sends that one event late, a duplicate; its
+//!   acknowledgement is then refused.
 //! * **Acknowledgements** are deleted in batches of at most `ack_batch` rows or `ack_delay`
-//!   old, each batch fenced like any other write: a lost lease acknowledges nothing.
+//!   old (and whenever the partition runs empty), each batch fenced like any other write: a
+//!   lost lease acknowledges nothing, and its unflushed rows are delivered again by the next
+//!   holder. Heads are read after the last acknowledged seq: SQLite serialises writers, so seq
+//!   order is commit order and no row can commit behind it.
 //! * **Membership.** `keyorder_member` has a row per connected worker session, renewed every
 //!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
 //!   `keyorder work` processes on one file share the partitions fairly.
 //!
-//! Expiry is SQLite's wall clock (`unixepoch('subsec')`), the delivery rule tokio's monotonic
+//! Expiry is SQLite's wall clock (`unixepoch('subsec')`), the delivery timeout tokio's monotonic
 //! clock: a wall clock stepped forward by more than `lease_expiry - delivery_timeout` can end a
-//! lease early.
+//! lease while a delivery is out.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,13 +63,11 @@ pub struct SqliteOptions {
     /// How long a lease (and a membership row) lasts without renewal. Renewed every third of
     /// it. Must exceed `delivery_timeout`.
     pub lease_expiry: Duration,
-    /// The worker's delivery timeout: a head is served only while the lease lasts at least this
+    /// The worker's delivery timeout: a head is read only while the lease lasts at least this
     /// much longer (the delivery rule, see the module docs).
     pub delivery_timeout: Duration,
     /// How long a connection waits for the write lock before failing.
     pub busy_timeout: Duration,
-    /// Rows read ahead per head query.
-    pub read_ahead: usize,
     /// Acknowledgements buffered before a batch delete.
     pub ack_batch: usize,
     /// The oldest an unflushed acknowledgement may be.
@@ -82,7 +82,6 @@ impl SqliteOptions {
             lease_expiry: delivery_timeout.saturating_mul(3),
             delivery_timeout,
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
-            read_ahead: 64,
             ack_batch: 128,
             ack_delay: Duration::from_millis(50),
         }
@@ -99,10 +98,10 @@ impl SqliteOptions {
                 ),
             });
         }
-        if self.read_ahead == 0 || self.ack_batch == 0 {
+        if self.ack_batch == 0 {
             return Err(StoreError::Refused {
                 operation: "configure the SQLite store",
-                reason: "read_ahead and ack_batch must be at least 1".into(),
+                reason: "ack_batch must be at least 1".into(),
             });
         }
         Ok(())
@@ -199,31 +198,30 @@ impl Store for SqliteStore {
 
     async fn acquire(&self, partition: PartitionId) -> Result<Option<SqliteLease>, StoreError> {
         let holder = session_name("lease");
-        let state = Arc::new(Mutex::new(LeaseState { fence: None, valid_until: Time::ZERO }));
-        let tick = renewal(state.clone(), self.clock, self.options.lease_expiry);
+        let shared = Arc::new(Mutex::new(None));
+        let tick = renewal(shared.clone(), self.options.renew_every());
         let conn = Conn::open(&self.path, self.options.busy_timeout, Some(tick)).await?;
         let expiry = secs(self.options.lease_expiry);
         let h = holder.clone();
         let p = i64::from(partition.0);
-        let t0 = self.clock.now();
         let Some((epoch, clean)) = conn.call(move |c| take_lease(c, p, &h, expiry)).await? else {
             return Ok(None);
         };
-        let fence = Fence { partition, epoch: Epoch(epoch as u64), holder, expiry };
-        {
-            let mut s = lock(&state);
-            s.fence = Some(fence.clone());
-            s.valid_until = t0.saturating_add(self.options.lease_expiry);
-        }
+        let fence = Fence {
+            partition,
+            epoch: Epoch(epoch as u64),
+            holder,
+            expiry,
+            margin: secs(self.options.delivery_timeout),
+        };
+        *shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(fence.clone());
         Ok(Some(SqliteLease {
             conn,
             fence,
             handover: if clean { Handover::Clean } else { Handover::Unclean },
-            state,
             clock: self.clock,
             options: self.options,
-            ahead: VecDeque::new(),
-            held: false,
+            cursor: 0,
             acks: Vec::new(),
             oldest_ack: None,
         }))
@@ -288,24 +286,22 @@ struct Fence {
     partition: PartitionId,
     epoch: Epoch,
     holder: String,
+    /// The lease's length, in seconds.
     expiry: f64,
+    /// The delivery timeout, in seconds: a head is read only while the lease lasts this long.
+    margin: f64,
 }
 
 impl Fence {
     /// Renews the lease if and only if it is still held: the first statement of every fenced
-    /// transaction. Refused with [`StoreError::LeaseNotHeld`] otherwise.
-    fn check(&self, c: &Connection) -> Result<(), StoreError> {
+    /// write transaction. Refused with [`StoreError::LeaseNotHeld`] otherwise.
+    fn renew(&self, c: &Connection) -> Result<(), StoreError> {
         let n = c
             .prepare_cached(
                 "UPDATE keyorder_lease SET expires_at = unixepoch('subsec') + ?4
                  WHERE partition = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at > unixepoch('subsec')",
             )?
-            .execute(params![
-                i64::from(self.partition.0),
-                self.holder,
-                self.epoch.0 as i64,
-                self.expiry
-            ])?;
+            .execute(params![self.p(), self.holder, self.epoch.0 as i64, self.expiry])?;
         if n == 1 {
             Ok(())
         } else {
@@ -313,53 +309,67 @@ impl Fence {
         }
     }
 
+    /// Whether the lease is held, and whether it lasts a delivery timeout longer.
+    fn held(&self, c: &Connection) -> Result<(bool, bool), StoreError> {
+        let row = c
+            .prepare_cached(
+                "SELECT expires_at > unixepoch('subsec'), expires_at > unixepoch('subsec') + ?4
+                 FROM keyorder_lease WHERE partition = ?1 AND holder = ?2 AND epoch = ?3",
+            )?
+            .query_row(params![self.p(), self.holder, self.epoch.0 as i64, self.margin], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        Ok(row.unwrap_or((false, false)))
+    }
+
+    fn p(&self) -> i64 {
+        i64::from(self.partition.0)
+    }
+
     fn not_held(&self) -> StoreError {
         StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch }
     }
 
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction that starts with the fence check.
-    fn run<T>(
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction that starts with the fenced renewal.
+    fn write<T>(
         &self,
         c: &mut Connection,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        self.check(&tx)?;
+        self.renew(&tx)?;
         let out = f(&tx)?;
         tx.commit()?;
         Ok(out)
     }
+
+    /// The head after `cursor`, read in one transaction with the lease check (the delivery
+    /// rule: the lease must last a delivery timeout longer). Renews first when it would not.
+    fn read_head(&self, c: &mut Connection, cursor: i64) -> Result<Option<StoredHead>, StoreError> {
+        {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            match self.held(&tx)? {
+                (_, true) => return read_head(&tx, self.p(), cursor),
+                (false, _) => return Err(self.not_held()),
+                (true, false) => {}
+            }
+        }
+        // Held, but the renewal is behind: renew and read under the write lock.
+        self.write(c, |tx| read_head(tx, self.p(), cursor))
+    }
 }
 
-/// What the async side and the renewal thread share.
-struct LeaseState {
-    /// `None` until the lease is taken, and once it is known lost.
-    fence: Option<Fence>,
-    /// Until when the lease is known held (measured before the confirming statement was sent).
-    valid_until: Time,
-}
-
-fn lock(state: &Mutex<LeaseState>) -> std::sync::MutexGuard<'_, LeaseState> {
-    // A panic while holding this lock leaves plain data behind: still usable.
-    state.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The lease thread's timer: renew under the fence; a refusal marks the lease lost.
-fn renewal(state: Arc<Mutex<LeaseState>>, clock: TokioClock, expiry: Duration) -> Tick {
+/// The lease thread's timer: renew under the fence. A refusal needs no handling here: the next
+/// fenced statement of the session reports it.
+fn renewal(fence: Arc<Mutex<Option<Fence>>>, every: Duration) -> Tick {
     Tick {
-        every: expiry / 3,
+        every,
         run: Box::new(move |c: &mut Connection| {
-            let Some(fence) = lock(&state).fence.clone() else { return };
-            let t0 = clock.now();
-            match fence.run(c, |_| Ok(())) {
-                Ok(()) => {
-                    let mut s = lock(&state);
-                    s.valid_until = s.valid_until.max(t0.saturating_add(expiry));
-                }
-                Err(StoreError::LeaseNotHeld { .. }) => lock(&state).fence = None,
-                // Busy or IO: try again next tick; the delivery rule stops serving heads
-                // before the lease could run out.
-                Err(_) => {}
+            let fence = fence.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(fence) = fence {
+                // Busy or refused: the session's own statements renew or report it.
+                let _ = fence.write(c, |_| Ok(()));
             }
         }),
         on_close: None,
@@ -372,13 +382,10 @@ pub struct SqliteLease {
     conn: Conn,
     fence: Fence,
     handover: Handover,
-    state: Arc<Mutex<LeaseState>>,
     clock: TokioClock,
     options: SqliteOptions,
-    /// Rows read ahead, head first.
-    ahead: VecDeque<StoredHead>,
-    /// The head read last was held by the online switch's barrier: read it again next time.
-    held: bool,
+    /// The last acknowledged (or dead-lettered) seq: heads are read after it.
+    cursor: i64,
     /// Acknowledged seqs not yet deleted.
     acks: Vec<i64>,
     oldest_ack: Option<Time>,
@@ -389,7 +396,7 @@ const HEAD_SQL: &str = "SELECT seq, event_id, partition_key, payload, attempts,
        max(coalesce(not_before, 0) - unixepoch('subsec'), 0), last_error,
        (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
           WHERE o.partition_key = q.partition_key AND o.layout < q.layout))
-     FROM delivery_queue q WHERE partition = ?1 ORDER BY seq LIMIT ?2";
+     FROM delivery_queue q WHERE partition = ?1 AND seq > ?2 ORDER BY seq LIMIT 1";
 
 const DELETE_SQL: &str = "DELETE FROM delivery_queue WHERE partition = ?1 AND seq = ?2";
 
@@ -401,78 +408,59 @@ fn delete_acks(c: &Connection, p: i64, acks: &[i64]) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn read_heads(c: &Connection, p: i64, limit: i64) -> Result<Vec<(StoredHead, bool)>, StoreError> {
+fn read_head(c: &Connection, p: i64, cursor: i64) -> Result<Option<StoredHead>, StoreError> {
     let mut stmt = c.prepare_cached(HEAD_SQL)?;
-    let rows = stmt.query_map([p, limit], |r| {
-        let wait: f64 = r.get(5)?;
-        Ok((
-            StoredHead {
+    let head = stmt
+        .query_row([p, cursor], |r| {
+            let wait: f64 = r.get(5)?;
+            let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
+            if r.get::<_, bool>(7)? {
+                // The barrier holds this row: a short wait, no attempt spent; read it again.
+                wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
+            }
+            Ok(StoredHead {
                 seq: Seq(r.get(0)?),
                 event_id: r.get(1)?,
                 key: r.get(2)?,
                 payload: r.get(3)?,
                 attempts: r.get::<_, i64>(4)?.clamp(0, i64::from(u32::MAX)) as u32,
-                wait: (wait > 0.0).then(|| Duration::from_secs_f64(wait)),
+                wait,
                 last_error: r.get(6)?,
-            },
-            r.get::<_, bool>(7)?,
-        ))
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+            })
+        })
+        .optional()?;
+    Ok(head)
 }
 
 impl SqliteLease {
     fn p(&self) -> i64 {
-        i64::from(self.fence.partition.0)
+        self.fence.p()
     }
 
-    /// Refuses at once when the renewal thread found the lease lost.
-    fn still_held(&self) -> Result<(), StoreError> {
-        match lock(&self.state).fence {
-            Some(_) => Ok(()),
-            None => Err(self.fence.not_held()),
-        }
-    }
-
-    /// Runs `f` fenced on the connection's thread; records the confirmed validity, or the loss.
-    async fn fenced<T: Send + 'static>(
+    /// Runs a fenced write transaction on the connection's thread, after deleting the buffered
+    /// acknowledgements in it.
+    async fn write<T: Send + 'static>(
         &mut self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.still_held()?;
-        let fence = self.fence.clone();
-        let t0 = self.clock.now();
-        match self.conn.call(move |c| fence.run(c, f)).await {
-            Ok(out) => {
-                let mut s = lock(&self.state);
-                s.valid_until = s.valid_until.max(t0.saturating_add(self.options.lease_expiry));
-                Ok(out)
-            }
-            Err(e) => {
-                if matches!(e, StoreError::LeaseNotHeld { .. }) {
-                    lock(&self.state).fence = None;
-                }
-                self.ahead.clear();
-                Err(e)
-            }
-        }
+        let acks = std::mem::take(&mut self.acks);
+        self.oldest_ack = None;
+        let (fence, p) = (self.fence.clone(), self.p());
+        self.conn
+            .call(move |c| {
+                fence.write(c, |tx| {
+                    delete_acks(tx, p, &acks)?;
+                    f(tx)
+                })
+            })
+            .await
     }
 
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
         if self.acks.is_empty() {
             return Ok(());
         }
-        let acks = std::mem::take(&mut self.acks);
-        let p = self.p();
-        self.oldest_ack = None;
-        self.fenced(move |c| delete_acks(c, p, &acks)).await
-    }
-
-    /// Whether a head may be handed out now without a fresh fenced read (the delivery rule).
-    fn lease_outlasts_a_delivery(&self) -> bool {
-        let s = lock(&self.state);
-        s.fence.is_some()
-            && s.valid_until.saturating_since(self.clock.now()) > self.options.delivery_timeout
+        self.write(|_| Ok(())).await
     }
 }
 
@@ -490,40 +478,18 @@ impl LeaseSession for SqliteLease {
     }
 
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
-        if !self.ahead.is_empty() && !self.held && self.lease_outlasts_a_delivery() {
-            return Ok(self.ahead.front().cloned());
+        let (fence, cursor) = (self.fence.clone(), self.cursor);
+        let head = self.conn.call(move |c| fence.read_head(c, cursor)).await?;
+        if head.is_none() {
+            // The partition ran empty: nothing is gained by holding the deletes back.
+            self.flush_acks().await?;
         }
-        let acks = std::mem::take(&mut self.acks);
-        self.oldest_ack = None;
-        let (p, limit) = (self.p(), self.options.read_ahead as i64);
-        let rows = self
-            .fenced(move |c| {
-                delete_acks(c, p, &acks)?;
-                read_heads(c, p, limit)
-            })
-            .await?;
-        self.ahead.clear();
-        self.held = false;
-        for (mut head, held) in rows {
-            if held {
-                // The barrier holds this row: a short wait (no attempt spent), and nothing
-                // behind it is read ahead, so the next look reads it again.
-                head.wait = Some(head.wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
-                self.ahead.push_back(head);
-                self.held = true;
-                break;
-            }
-            self.ahead.push_back(head);
-        }
-        Ok(self.ahead.front().cloned())
+        Ok(head)
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
-        self.still_held()?;
-        if self.ahead.front().is_some_and(|h| h.seq == seq) {
-            self.ahead.pop_front();
-        }
         self.acks.push(seq.0);
+        self.cursor = self.cursor.max(seq.0);
         let now = self.clock.now();
         let oldest = *self.oldest_ack.get_or_insert(now);
         if self.acks.len() >= self.options.ack_batch
@@ -541,12 +507,8 @@ impl LeaseSession for SqliteLease {
         retry_in: Duration,
         error: &str,
     ) -> Result<(), StoreError> {
-        let acks = std::mem::take(&mut self.acks);
-        self.oldest_ack = None;
-        self.ahead.clear();
         let (p, error, wait) = (self.p(), error.to_owned(), secs(retry_in));
-        self.fenced(move |c| {
-            delete_acks(c, p, &acks)?;
+        self.write(move |c| {
             c.prepare_cached(
                 "UPDATE delivery_queue
                  SET attempts = ?3, not_before = unixepoch('subsec') + ?4, last_error = ?5
@@ -564,13 +526,9 @@ impl LeaseSession for SqliteLease {
         attempts: u32,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let acks = std::mem::take(&mut self.acks);
-        self.oldest_ack = None;
-        self.ahead.clear();
         let (p, reason) = (self.p(), reason.to_owned());
         // One transaction: the row leaves the queue and enters the DLQ together or not at all.
-        self.fenced(move |c| {
-            delete_acks(c, p, &acks)?;
+        self.write(move |c| {
             c.prepare_cached(
                 "INSERT INTO delivery_dlq (seq, partition, partition_key, event_id, payload, attempts, enqueued_at, reason)
                  SELECT seq, partition, partition_key, event_id, payload, ?3, enqueued_at, ?4
@@ -580,17 +538,17 @@ impl LeaseSession for SqliteLease {
             c.prepare_cached(DELETE_SQL)?.execute([p, seq.0])?;
             Ok(())
         })
-        .await
+        .await?;
+        self.cursor = self.cursor.max(seq.0);
+        Ok(())
     }
 
     async fn release(mut self, handover: Handover) -> Result<(), StoreError> {
-        let acks = std::mem::take(&mut self.acks);
         let (p, clean) = (self.p(), handover == Handover::Clean);
         let fence = self.fence.clone();
         // The last acknowledgements and the hand-back in one fenced transaction: a lease that
         // ran out acknowledges nothing and records nothing.
-        self.fenced(move |c| {
-            delete_acks(c, p, &acks)?;
+        self.write(move |c| {
             c.execute(
                 "UPDATE keyorder_lease SET holder = NULL, expires_at = 0, clean = ?4
                  WHERE partition = ?1 AND holder = ?2 AND epoch = ?3",
@@ -598,9 +556,7 @@ impl LeaseSession for SqliteLease {
             )?;
             Ok(())
         })
-        .await?;
-        lock(&self.state).fence = None;
-        Ok(())
+        .await
     }
 }
 

@@ -136,7 +136,8 @@ fn inspect(path: &Path) -> Result<Found, StoreError> {
     if meta.len() == 0 {
         return Ok(Found::Fresh);
     }
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    // Read-write without create: a read-only open of a WAL file could leave -wal and -shm files.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let not_sqlite = |e: rusqlite::Error| match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => {
             refused(format!("{shown} is not a SQLite database (is it the right file?)"))
