@@ -247,13 +247,15 @@ pub async fn lag_and_membership<F: Fixture>(fx: &F) {
     assert_eq!(live, 1, "a closed session still counts as live");
 }
 
-/// Runs every case, each on a fresh fixture from `make`.
-pub async fn all<F: Fixture>(mut make: impl FnMut(&str) -> F) {
-    fifo_per_partition(&make("fifo")).await;
-    lease_exclusivity_and_clean_handover(&make("exclusive")).await;
-    fencing_after_lease_loss(&make("fencing")).await;
-    retry_bookkeeping(&make("retry")).await;
-    dead_letter_moves_atomically(&make("dlq")).await;
-    duplicate_event_id(&make("dup")).await;
-    lag_and_membership(&make("lag")).await;
+/// Runs every case, each on a fresh fixture from `make` (given the case's name).
+pub async fn all<F: Fixture, Fut: std::future::Future<Output = F>>(
+    mut make: impl FnMut(&'static str) -> Fut,
+) {
+    fifo_per_partition(&make("fifo").await).await;
+    lease_exclusivity_and_clean_handover(&make("exclusive").await).await;
+    fencing_after_lease_loss(&make("fencing").await).await;
+    retry_bookkeeping(&make("retry").await).await;
+    dead_letter_moves_atomically(&make("dlq").await).await;
+    duplicate_event_id(&make("dup").await).await;
+    lag_and_membership(&make("lag").await).await;
 }

@@ -101,7 +101,7 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
 
 #[test]
 fn sqlite_conforms() {
-    block_on(conformance::all(SqliteFixture::new));
+    block_on(conformance::all(|name| async move { SqliteFixture::new(name) }));
 }
 
 /// The fence is what stops a lost lease: the same steps against a store whose fence is gone

@@ -14,16 +14,11 @@ use crate::store::StoreError;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
-/// A job run once when the connection closes.
-pub(crate) type OnClose = Box<dyn FnOnce(&mut Connection) + Send>;
-
 /// The thread's periodic job: how often, and what. It runs at least every `every`, also while
 /// requests keep arriving.
 pub(crate) struct Tick {
     pub(crate) every: Duration,
     pub(crate) run: Box<dyn FnMut(&mut Connection) + Send>,
-    /// Runs once when the handle is dropped, before the connection closes.
-    pub(crate) on_close: Option<OnClose>,
 }
 
 /// The handle of a connection thread. Dropping it ends the thread and closes the connection.
@@ -44,6 +39,8 @@ pub(crate) fn configure(conn: &Connection, busy_timeout: Duration) -> Result<(),
         });
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // One connection serves all of a worker's partitions: let its cache hold the hot pages.
+    conn.pragma_update(None, "cache_size", -65536)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
 }
@@ -101,6 +98,12 @@ impl Conn {
             .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
+
+    /// Queues `f` without waiting for it (for clean-ups in `Drop`).
+    pub(crate) fn detach(&self, f: impl FnOnce(&mut Connection) + Send + 'static) {
+        // A thread that ended has closed the connection; there is nothing left to clean.
+        let _ = self.tx.send(Box::new(f));
+    }
 }
 
 fn gone() -> StoreError {
@@ -136,8 +139,5 @@ fn serve(mut conn: Connection, rx: mpsc::Receiver<Job>, mut tick: Option<Tick>) 
             },
         };
         job(&mut conn);
-    }
-    if let Some(close) = tick.and_then(|t| t.on_close) {
-        close(&mut conn);
     }
 }

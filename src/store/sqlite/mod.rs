@@ -1,16 +1,20 @@
 //! The SQLite store: the embedded default. Lease rows with an epoch stand in for advisory
 //! locks; every statement of a leased partition is fenced by holder and epoch.
 //!
-//! * **Connections.** Each session (a worker's membership, each partition's lease) owns one
-//!   connection on its own thread; the async side sends it jobs and awaits the answers, so no
-//!   blocking call runs on the worker's executor. Every connection runs in WAL mode with
+//! * **Connections.** The sessions of one store handle (a worker's membership and its leases)
+//!   share one connection on its own thread; the async side sends it jobs and awaits the
+//!   answers, so no blocking call runs on the worker's executor. Sharing is sound because
+//!   fencing is by holder and epoch in each statement, not by connection; one connection per
+//!   worker also keeps its page cache valid (in WAL mode a commit by another connection
+//!   invalidates it), which is most of the throughput. The connection runs in WAL mode with
 //!   `synchronous = NORMAL` and a busy timeout; every write is one `BEGIN IMMEDIATE`
 //!   transaction.
 //! * **Leases.** `keyorder_lease` has a row per partition: holder, epoch (incremented, across
 //!   all partitions, at each acquisition: the fencing token), expiry (Unix seconds computed
 //!   inside SQL, so Rust reads no wall clock) and how the last holder gave it up. A lease is
-//!   free when it has no holder or its expiry passed. The lease's thread renews it every
-//!   `lease_expiry / 3` on its own timer, so renewal goes on during a long delivery.
+//!   free when it has no holder or its expiry passed. The connection's thread renews the
+//!   store's leases every `lease_expiry / 3` on its own timer (one fenced transaction), so
+//!   renewal goes on during a long delivery.
 //! * **Fencing.** Every head read checks, in the same read transaction as the head query, that
 //!   this holder holds the lease at this epoch; every acknowledgement batch, retry update,
 //!   dead-letter and release runs in a write transaction whose first statement renews the lease
@@ -40,6 +44,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -118,14 +125,47 @@ impl Default for SqliteOptions {
     }
 }
 
-/// A handle that opens sessions on one database file. Cheap to clone.
-#[derive(Clone, Debug)]
+/// A handle that opens sessions on one database file. Cheap to clone; clones share one
+/// connection thread.
+#[derive(Clone)]
 pub struct SqliteStore {
     path: PathBuf,
     count: PartitionCount,
     options: SqliteOptions,
     clock: TokioClock,
+    shared: Rc<Shared>,
 }
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("count", &self.count)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection thread of a store handle, opened on first use, and what its timer renews.
+struct Shared {
+    conn: RefCell<Option<Rc<Conn>>>,
+    registry: Arc<Mutex<Registry>>,
+}
+
+/// The leases and membership rows the connection's timer renews.
+#[derive(Default)]
+struct Registry {
+    leases: BTreeMap<(u16, u64), Fence>,
+    members: BTreeSet<String>,
+}
+
+fn registry(r: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
+    // A panic while holding this lock leaves plain data behind: still usable.
+    r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const MEMBER_UPSERT: &str = "INSERT INTO keyorder_member (member, expires_at) VALUES (?1, unixepoch('subsec') + ?2)
+     ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at";
 
 /// Distinguishes the sessions of one process in holder and member names.
 static SESSION: AtomicU64 = AtomicU64::new(0);
@@ -145,7 +185,20 @@ impl SqliteStore {
         clock: TokioClock,
     ) -> Result<Self, StoreError> {
         options.validate()?;
-        Ok(Self { path: path.into(), count, options, clock })
+        let shared =
+            Rc::new(Shared { conn: RefCell::new(None), registry: Arc::default() });
+        Ok(Self { path: path.into(), count, options, clock, shared })
+    }
+
+    /// The shared connection, opened (with its renewal timer) on first use.
+    async fn conn(&self) -> Result<Rc<Conn>, StoreError> {
+        if let Some(c) = self.shared.conn.borrow().as_ref() {
+            return Ok(c.clone());
+        }
+        let tick = renewal(self.shared.registry.clone(), &self.options);
+        let conn = Rc::new(Conn::open(&self.path, self.options.busy_timeout, Some(tick)).await?);
+        // Another session may have opened one meanwhile: keep the first, drop this one.
+        Ok(self.shared.conn.borrow_mut().get_or_insert(conn).clone())
     }
 
     /// The database file.
@@ -158,11 +211,24 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// A worker's membership session: its row in `keyorder_member`, renewed by its thread and
-/// deleted when the session is dropped.
+/// A worker's membership session: its row in `keyorder_member`, renewed by the connection's
+/// timer and deleted when the session is dropped.
 pub struct SqliteControl {
-    conn: Conn,
+    conn: Rc<Conn>,
     count: PartitionCount,
+    member: String,
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl Drop for SqliteControl {
+    fn drop(&mut self) {
+        registry(&self.registry).members.remove(&self.member);
+        let member = std::mem::take(&mut self.member);
+        self.conn.detach(move |c| {
+            // Best effort: an undeleted row expires by itself.
+            let _ = c.execute("DELETE FROM keyorder_member WHERE member = ?1", [member]);
+        });
+    }
 }
 
 impl Store for SqliteStore {
@@ -172,35 +238,26 @@ impl Store for SqliteStore {
     async fn connect(&self, worker: &str) -> Result<SqliteControl, StoreError> {
         let member = session_name(worker);
         let expiry = secs(self.options.lease_expiry);
-        let upsert = "INSERT INTO keyorder_member (member, expires_at) VALUES (?1, unixepoch('subsec') + ?2)
-                      ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at";
-        let (m1, m2) = (member.clone(), member.clone());
-        let tick = Tick {
-            every: self.options.renew_every(),
-            run: Box::new(move |c: &mut Connection| {
-                // A failed renewal is retried at the next tick; meanwhile the row may expire,
-                // which only makes the others take a larger share for a while.
-                let _ = c.execute(upsert, params![m1, expiry]);
-            }),
-            on_close: Some(Box::new(move |c: &mut Connection| {
-                let _ = c.execute("DELETE FROM keyorder_member WHERE member = ?1", [&m2]);
-            })),
-        };
-        let conn = Conn::open(&self.path, self.options.busy_timeout, Some(tick)).await?;
+        let conn = self.conn().await?;
+        let m = member.clone();
         conn.call(move |c| {
             schema::require_current(c)?;
-            c.execute(upsert, params![member, expiry])?;
+            c.execute(MEMBER_UPSERT, params![m, expiry])?;
             Ok(())
         })
         .await?;
-        Ok(SqliteControl { conn, count: self.count })
+        registry(&self.shared.registry).members.insert(member.clone());
+        Ok(SqliteControl {
+            conn,
+            count: self.count,
+            member,
+            registry: self.shared.registry.clone(),
+        })
     }
 
     async fn acquire(&self, partition: PartitionId) -> Result<Option<SqliteLease>, StoreError> {
         let holder = session_name("lease");
-        let shared = Arc::new(Mutex::new(None));
-        let tick = renewal(shared.clone(), self.options.renew_every());
-        let conn = Conn::open(&self.path, self.options.busy_timeout, Some(tick)).await?;
+        let conn = self.conn().await?;
         let expiry = secs(self.options.lease_expiry);
         let h = holder.clone();
         let p = i64::from(partition.0);
@@ -214,13 +271,14 @@ impl Store for SqliteStore {
             expiry,
             margin: secs(self.options.delivery_timeout),
         };
-        *shared.lock().unwrap_or_else(|e| e.into_inner()) = Some(fence.clone());
+        registry(&self.shared.registry).leases.insert((partition.0, epoch as u64), fence.clone());
         Ok(Some(SqliteLease {
             conn,
             fence,
             handover: if clean { Handover::Clean } else { Handover::Unclean },
             clock: self.clock,
             options: self.options,
+            registry: self.shared.registry.clone(),
             cursor: 0,
             acks: Vec::new(),
             oldest_ack: None,
@@ -309,18 +367,42 @@ impl Fence {
         }
     }
 
-    /// Whether the lease is held, and whether it lasts a delivery timeout longer.
-    fn held(&self, c: &Connection) -> Result<(bool, bool), StoreError> {
-        let row = c
-            .prepare_cached(
-                "SELECT expires_at > unixepoch('subsec'), expires_at > unixepoch('subsec') + ?4
-                 FROM keyorder_lease WHERE partition = ?1 AND holder = ?2 AND epoch = ?3",
-            )?
-            .query_row(params![self.p(), self.holder, self.epoch.0 as i64, self.margin], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+    /// The head after `cursor`, in the same statement as the lease check: `None` when the
+    /// lease is not held; `Some((lasts a delivery timeout longer, head))` when it is.
+    fn held_head(
+        &self,
+        c: &Connection,
+        cursor: i64,
+    ) -> Result<Option<(bool, Option<StoredHead>)>, StoreError> {
+        let mut stmt = c.prepare_cached(HEAD_SQL)?;
+        let row = stmt
+            .query_row(
+                params![self.p(), cursor, self.holder, self.epoch.0 as i64, self.margin],
+                |r| {
+                    let lasts: bool = r.get(0)?;
+                    let Some(seq) = r.get::<_, Option<i64>>(1)? else { return Ok((lasts, None)) };
+                    let wait: f64 = r.get(6)?;
+                    let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
+                    if r.get::<_, bool>(8)? {
+                        // The barrier holds this row: a short wait, no attempt spent.
+                        wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
+                    }
+                    Ok((
+                        lasts,
+                        Some(StoredHead {
+                            seq: Seq(seq),
+                            event_id: r.get(2)?,
+                            key: r.get(3)?,
+                            payload: r.get(4)?,
+                            attempts: r.get::<_, i64>(5)?.clamp(0, i64::from(u32::MAX)) as u32,
+                            wait,
+                            last_error: r.get(7)?,
+                        }),
+                    ))
+                },
+            )
             .optional()?;
-        Ok(row.unwrap_or((false, false)))
+        Ok(row)
     }
 
     fn p(&self) -> i64 {
@@ -344,42 +426,55 @@ impl Fence {
         Ok(out)
     }
 
-    /// The head after `cursor`, read in one transaction with the lease check (the delivery
-    /// rule: the lease must last a delivery timeout longer). Renews first when it would not.
+    /// The head after `cursor`, read in one statement with the lease check (the delivery rule:
+    /// the lease must last a delivery timeout longer). Renews first when it would not.
     fn read_head(&self, c: &mut Connection, cursor: i64) -> Result<Option<StoredHead>, StoreError> {
-        {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Deferred)?;
-            match self.held(&tx)? {
-                (_, true) => return read_head(&tx, self.p(), cursor),
-                (false, _) => return Err(self.not_held()),
-                (true, false) => {}
-            }
+        match self.held_head(c, cursor)? {
+            Some((true, head)) => Ok(head),
+            None => Err(self.not_held()),
+            // Held, but the renewal is behind: renew and read again under the write lock.
+            Some((false, _)) => self.write(c, |tx| match self.held_head(tx, cursor)? {
+                Some((_, head)) => Ok(head),
+                None => Err(self.not_held()),
+            }),
         }
-        // Held, but the renewal is behind: renew and read under the write lock.
-        self.write(c, |tx| read_head(tx, self.p(), cursor))
     }
 }
 
-/// The lease thread's timer: renew under the fence. A refusal needs no handling here: the next
-/// fenced statement of the session reports it.
-fn renewal(fence: Arc<Mutex<Option<Fence>>>, every: Duration) -> Tick {
+/// The connection's timer: renews every registered lease (under its fence: a lost one stays
+/// lost) and membership row in one transaction. A refusal needs no handling here: the next
+/// fenced statement of that lease reports it.
+fn renewal(reg: Arc<Mutex<Registry>>, options: &SqliteOptions) -> Tick {
+    let expiry = secs(options.lease_expiry);
     Tick {
-        every,
+        every: options.renew_every(),
         run: Box::new(move |c: &mut Connection| {
-            let fence = fence.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if let Some(fence) = fence {
-                // Busy or refused: the session's own statements renew or report it.
-                let _ = fence.write(c, |_| Ok(()));
+            let (fences, members): (Vec<Fence>, Vec<String>) = {
+                let r = registry(&reg);
+                (r.leases.values().cloned().collect(), r.members.iter().cloned().collect())
+            };
+            if fences.is_empty() && members.is_empty() {
+                return;
             }
+            // Busy: the next tick tries again, and the sessions' own statements renew too.
+            let Ok(tx) = c.transaction_with_behavior(TransactionBehavior::Immediate) else {
+                return;
+            };
+            for f in &fences {
+                let _ = f.renew(&tx);
+            }
+            for m in &members {
+                let _ = tx.execute(MEMBER_UPSERT, params![m, expiry]);
+            }
+            let _ = tx.commit();
         }),
-        on_close: None,
     }
 }
 
-/// One partition's lease: its own connection (and thread), and every statement of the
-/// partition on it, fenced.
+/// One partition's lease: every statement of the partition, fenced by holder and epoch.
 pub struct SqliteLease {
-    conn: Conn,
+    conn: Rc<Conn>,
+    registry: Arc<Mutex<Registry>>,
     fence: Fence,
     handover: Handover,
     clock: TokioClock,
@@ -391,12 +486,20 @@ pub struct SqliteLease {
     oldest_ack: Option<Time>,
 }
 
-/// The head columns, and whether the online repartition's per-key barrier holds the row.
-const HEAD_SQL: &str = "SELECT seq, event_id, partition_key, payload, attempts,
-       max(coalesce(not_before, 0) - unixepoch('subsec'), 0), last_error,
+/// The lease check and the head in one statement: whether the lease (this partition, holder,
+/// epoch, unexpired: no row otherwise) lasts a delivery timeout longer, then the head's
+/// columns (NULL when the partition is empty), and whether the online repartition's per-key
+/// barrier holds the head.
+const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
+       q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
+       max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
        (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
           WHERE o.partition_key = q.partition_key AND o.layout < q.layout))
-     FROM delivery_queue q WHERE partition = ?1 AND seq > ?2 ORDER BY seq LIMIT 1";
+     FROM keyorder_lease l
+     LEFT JOIN delivery_queue q ON q.seq =
+       (SELECT seq FROM delivery_queue WHERE partition = ?1 AND seq > ?2 ORDER BY seq LIMIT 1)
+     WHERE l.partition = ?1 AND l.holder = ?3 AND l.epoch = ?4
+       AND l.expires_at > unixepoch('subsec')";
 
 const DELETE_SQL: &str = "DELETE FROM delivery_queue WHERE partition = ?1 AND seq = ?2";
 
@@ -406,30 +509,6 @@ fn delete_acks(c: &Connection, p: i64, acks: &[i64]) -> Result<(), StoreError> {
         del.execute([p, *seq])?;
     }
     Ok(())
-}
-
-fn read_head(c: &Connection, p: i64, cursor: i64) -> Result<Option<StoredHead>, StoreError> {
-    let mut stmt = c.prepare_cached(HEAD_SQL)?;
-    let head = stmt
-        .query_row([p, cursor], |r| {
-            let wait: f64 = r.get(5)?;
-            let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
-            if r.get::<_, bool>(7)? {
-                // The barrier holds this row: a short wait, no attempt spent; read it again.
-                wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
-            }
-            Ok(StoredHead {
-                seq: Seq(r.get(0)?),
-                event_id: r.get(1)?,
-                key: r.get(2)?,
-                payload: r.get(3)?,
-                attempts: r.get::<_, i64>(4)?.clamp(0, i64::from(u32::MAX)) as u32,
-                wait,
-                last_error: r.get(6)?,
-            })
-        })
-        .optional()?;
-    Ok(head)
 }
 
 impl SqliteLease {
@@ -461,6 +540,13 @@ impl SqliteLease {
             return Ok(());
         }
         self.write(|_| Ok(())).await
+    }
+}
+
+impl Drop for SqliteLease {
+    fn drop(&mut self) {
+        // No more renewals: unreleased, the lease expires by itself.
+        registry(&self.registry).leases.remove(&(self.fence.partition.0, self.fence.epoch.0));
     }
 }
 
