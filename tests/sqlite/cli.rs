@@ -186,3 +186,37 @@ fn a_lease_expiry_shorter_than_the_delivery_timeout_is_refused() {
     assert!(text(&out).contains("must exceed the delivery timeout"), "{}", text(&out));
     assert!(!dir.path("keyorder.db").exists());
 }
+
+#[test]
+fn switch_on_sqlite_routes_new_events_with_the_new_count() {
+    let dir = TempDir::new("switch");
+    events_file(&dir.0, 10);
+    assert!(keyorder(&dir.0, &["enqueue", "events.jsonl"]).status.success());
+    let out = keyorder(&dir.0, &["switch", "--from", "16", "--to", "32", "--producers-follow"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let wrong = keyorder(&dir.0, &["switch", "--from", "16", "--to", "64", "--producers-follow"]);
+    assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
+    assert!(text(&wrong).contains("the count in force is 32"), "{}", text(&wrong));
+    let later: Vec<String> = (0..10)
+        .map(|i| {
+            serde_json::json!({"event_id": format!("late{i}"), "subscription_id": format!("sub_{}", i % 5),
+                "payload": {"n": i}})
+            .to_string()
+        })
+        .collect();
+    std::fs::write(dir.path("later.jsonl"), later.join("\n")).unwrap();
+    let out = keyorder(&dir.0, &["enqueue", "later.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let c = Connection::open(dir.path("keyorder.db")).unwrap();
+    let router = keyorder::Router::new(keyorder::PartitionCount::new(32).unwrap());
+    let mut st = c
+        .prepare("SELECT partition_key, partition, layout FROM delivery_queue WHERE event_id LIKE 'late%'")
+        .unwrap();
+    let rows: Vec<(String, u16, i64)> =
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 10);
+    for (key, partition, layout) in rows {
+        assert_eq!(layout, 1, "routed under the new layout");
+        assert_eq!(partition, router.route(&key).0, "routed with 32 partitions");
+    }
+}
