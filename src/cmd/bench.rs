@@ -121,9 +121,8 @@ async fn best_of(
     let mut best = 0.0f64;
     for _ in 0..n {
         enqueue(c, next, args.sample, args.keys).await?;
-        best = best.max(
-            drain(|| pg_store(&args.db.database), Probe::Pg(c), workers, args.sample).await?,
-        );
+        best = best
+            .max(drain(|| pg_store(&args.db.database), Probe::Pg(c), workers, args.sample).await?);
     }
     Ok(best)
 }

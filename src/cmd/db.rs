@@ -102,7 +102,9 @@ impl Database {
         if let Some(rest) = text.strip_prefix("sqlite:") {
             let path = rest.strip_prefix("//").unwrap_or(rest);
             if path.is_empty() {
-                return Err(BadInput("--database sqlite: needs a path, e.g. sqlite:keyorder.db".into()));
+                return Err(BadInput(
+                    "--database sqlite: needs a path, e.g. sqlite:keyorder.db".into(),
+                ));
             }
             return Ok(DbTarget::Sqlite(PathBuf::from(path)));
         }
@@ -381,9 +383,14 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             if let Some(ms) = args.lease_expiry_ms {
                 options.lease_expiry = Duration::from_millis(ms);
             }
-            options.validate().map_err(|e| BadInput(format!("--lease-expiry-ms: {}", error_chain(&e))))?;
+            options
+                .validate()
+                .map_err(|e| BadInput(format!("--lease-expiry-ms: {}", error_chain(&e))))?;
             // Creates the file (with its schema) on first use; checks it otherwise.
-            drop(sqlite::schema::open(&path, OpenMode::Create).map_err(|e| sqlite_refusal(&path, e))?);
+            drop(
+                sqlite::schema::open(&path, OpenMode::Create)
+                    .map_err(|e| sqlite_refusal(&path, e))?,
+            );
             let store = SqliteStore::new(path, args.partitions, options, TokioClock::start())?;
             block_on(run_worker(store, deliverer, config, &args))?
         }
@@ -605,14 +612,10 @@ pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
                     }
                 }
             }
-            DlqAction::Show { id } => {
-                match client.dead_letters(Some(id), 1).await?.pop() {
-                    Some(r) => println!("{}", serde_json::to_string_pretty(&r)?),
-                    None => {
-                        return Err(BadInput(format!("no dead-lettered event with id {id}")).into())
-                    }
-                }
-            }
+            DlqAction::Show { id } => match client.dead_letters(Some(id), 1).await?.pop() {
+                Some(r) => println!("{}", serde_json::to_string_pretty(&r)?),
+                None => return Err(BadInput(format!("no dead-lettered event with id {id}")).into()),
+            },
             DlqAction::Redrive { id, partitions, accept_gap } => {
                 if !accept_gap {
                     return Err(BadInput(

@@ -57,10 +57,7 @@ pub fn event(id: &str, key: &str) -> Event {
 /// A key that routes to `partition`.
 pub fn key_on(partition: u16, n: usize) -> String {
     let router = Router::new(count());
-    (0..)
-        .map(|i| format!("k{partition}-{n}-{i}"))
-        .find(|k| router.route(k).0 == partition)
-        .unwrap()
+    (0..).map(|i| format!("k{partition}-{n}-{i}")).find(|k| router.route(k).0 == partition).unwrap()
 }
 
 async fn lease<S: Store>(s: &S, p: u16) -> S::Lease {
@@ -166,7 +163,10 @@ pub async fn fencing_after_lease_loss<F: Fixture>(fx: &F) {
     assert!(acked.is_err() || released.is_err(), "the lost lease's acknowledgement went through");
     if let Err(e) = &next {
         assert!(
-            matches!(e, StoreError::LeaseNotHeld { .. } | StoreError::Postgres(_) | StoreError::Io(_)),
+            matches!(
+                e,
+                StoreError::LeaseNotHeld { .. } | StoreError::Postgres(_) | StoreError::Io(_)
+            ),
             "{e:?}"
         );
     }

@@ -1,8 +1,8 @@
 //! Tests against a real PostgreSQL 15 server that the tests start themselves (see harness).
 
-mod endpoint;
 #[path = "../conformance/mod.rs"]
 mod conformance;
+mod endpoint;
 mod harness;
 mod util;
 

@@ -11,7 +11,8 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("keyorder-sqlite-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("keyorder-sqlite-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         TempDir(dir)
@@ -105,7 +106,15 @@ fn refused(dir: &TempDir, db: &str, file: &Path, message: &str) {
     let database = format!("sqlite:{db}");
     for args in [
         vec!["enqueue", "--database", &database, "events.jsonl"],
-        vec!["work", "--database", &database, "--deliver", "http://127.0.0.1:9/x", "--stop-after", "1"],
+        vec![
+            "work",
+            "--database",
+            &database,
+            "--deliver",
+            "http://127.0.0.1:9/x",
+            "--stop-after",
+            "1",
+        ],
         vec!["lag", "--database", &database],
         vec!["migrate", "--database", &database],
     ] {
@@ -180,7 +189,15 @@ fn a_lease_expiry_shorter_than_the_delivery_timeout_is_refused() {
     let dir = TempDir::new("expiry");
     let out = keyorder(
         &dir.0,
-        &["work", "--deliver", "http://127.0.0.1:9/x", "--delivery-timeout-ms", "1000", "--lease-expiry-ms", "900"],
+        &[
+            "work",
+            "--deliver",
+            "http://127.0.0.1:9/x",
+            "--delivery-timeout-ms",
+            "1000",
+            "--lease-expiry-ms",
+            "900",
+        ],
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("must exceed the delivery timeout"), "{}", text(&out));
@@ -212,8 +229,11 @@ fn switch_on_sqlite_routes_new_events_with_the_new_count() {
     let mut st = c
         .prepare("SELECT partition_key, partition, layout FROM delivery_queue WHERE event_id LIKE 'late%'")
         .unwrap();
-    let rows: Vec<(String, u16, i64)> =
-        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect();
+    let rows: Vec<(String, u16, i64)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(rows.len(), 10);
     for (key, partition, layout) in rows {
         assert_eq!(layout, 1, "routed under the new layout");

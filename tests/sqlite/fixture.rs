@@ -57,8 +57,9 @@ impl Fixture for SqliteFixture {
 
     async fn dead(&self) -> Vec<(i64, String, i64, String)> {
         let c = self.conn();
-        let mut st =
-            c.prepare("SELECT seq, event_id, attempts, reason FROM delivery_dlq ORDER BY id").unwrap();
+        let mut st = c
+            .prepare("SELECT seq, event_id, attempts, reason FROM delivery_dlq ORDER BY id")
+            .unwrap();
         st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .unwrap()
             .map(Result::unwrap)
@@ -75,9 +76,11 @@ impl Fixture for SqliteFixture {
 
     async fn row(&self, seq: i64) -> Option<(i64, Option<String>)> {
         self.conn()
-            .query_row("SELECT attempts, last_error FROM delivery_queue WHERE seq = ?1", [seq], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT attempts, last_error FROM delivery_queue WHERE seq = ?1",
+                [seq],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .ok()
     }
 

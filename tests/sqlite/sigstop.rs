@@ -113,7 +113,9 @@ fn a_stopped_worker_past_its_lease_expiry_delivers_at_most_its_in_flight_event()
     keyorder::store::sqlite::queue::enqueue(&mut c, &router, &events).unwrap();
     let enqueued: Vec<Enqueued> = {
         let mut st = c
-            .prepare("SELECT seq, partition, partition_key, event_id FROM delivery_queue ORDER BY seq")
+            .prepare(
+                "SELECT seq, partition, partition_key, event_id FROM delivery_queue ORDER BY seq",
+            )
             .unwrap();
         st.query_map([], |r| {
             Ok(Enqueued {
@@ -166,13 +168,15 @@ fn a_stopped_worker_past_its_lease_expiry_delivers_at_most_its_in_flight_event()
         "a's statements were refused by the fence:\n{a_err}"
     );
     // What a sent after it was stopped: at most one event per partition (its in-flight one).
-    let late: Vec<Arrival> =
-        ea.arrivals().into_iter().filter(|x| x.at >= stopped_at).collect();
+    let late: Vec<Arrival> = ea.arrivals().into_iter().filter(|x| x.at >= stopped_at).collect();
     let mut per_partition = std::collections::BTreeMap::<u16, usize>::new();
     for x in &late {
         *per_partition.entry(x.partition).or_default() += 1;
     }
-    assert!(per_partition.values().all(|n| *n <= 1), "a sent more than its in-flight events: {late:?}");
+    assert!(
+        per_partition.values().all(|n| *n <= 1),
+        "a sent more than its in-flight events: {late:?}"
+    );
     let mut arrivals = ea.arrivals();
     arrivals.extend(eb.arrivals());
     arrivals.sort_by_key(|x| x.at);

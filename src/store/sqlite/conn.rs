@@ -65,21 +65,19 @@ impl Conn {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let path = path.to_owned();
-        std::thread::Builder::new()
-            .name("keyorder-sqlite".into())
-            .spawn(move || {
-                let conn = match open_existing(&path, busy_timeout) {
-                    Ok(c) => {
-                        let _ = ready_tx.send(Ok(()));
-                        c
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                serve(conn, rx, tick);
-            })?;
+        std::thread::Builder::new().name("keyorder-sqlite".into()).spawn(move || {
+            let conn = match open_existing(&path, busy_timeout) {
+                Ok(c) => {
+                    let _ = ready_tx.send(Ok(()));
+                    c
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            serve(conn, rx, tick);
+        })?;
         ready_rx.await.map_err(|_| gone())??;
         Ok(Conn { tx })
     }

@@ -42,11 +42,11 @@
 //! clock: a wall clock stepped forward by more than `lease_expiry - delivery_timeout` can end a
 //! lease while a delivery is out.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -164,7 +164,8 @@ fn registry(r: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
     r.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const MEMBER_UPSERT: &str = "INSERT INTO keyorder_member (member, expires_at) VALUES (?1, unixepoch('subsec') + ?2)
+const MEMBER_UPSERT: &str =
+    "INSERT INTO keyorder_member (member, expires_at) VALUES (?1, unixepoch('subsec') + ?2)
      ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at";
 
 /// Distinguishes the sessions of one process in holder and member names.
@@ -185,8 +186,7 @@ impl SqliteStore {
         clock: TokioClock,
     ) -> Result<Self, StoreError> {
         options.validate()?;
-        let shared =
-            Rc::new(Shared { conn: RefCell::new(None), registry: Arc::default() });
+        let shared = Rc::new(Shared { conn: RefCell::new(None), registry: Arc::default() });
         Ok(Self { path: path.into(), count, options, clock, shared })
     }
 
@@ -294,7 +294,10 @@ fn take_lease(
     expiry: f64,
 ) -> Result<Option<(i64, bool)>, StoreError> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.execute("INSERT INTO keyorder_lease (partition) VALUES (?1) ON CONFLICT (partition) DO NOTHING", [p])?;
+    tx.execute(
+        "INSERT INTO keyorder_lease (partition) VALUES (?1) ON CONFLICT (partition) DO NOTHING",
+        [p],
+    )?;
     let (busy, clean): (bool, bool) = tx.query_row(
         "SELECT holder IS NOT NULL AND expires_at > unixepoch('subsec'), holder IS NULL AND clean = 1
          FROM keyorder_lease WHERE partition = ?1",

@@ -234,8 +234,8 @@ pub fn migrate(conn: &mut Connection) -> Result<Vec<i32>, StoreError> {
     for (i, sql) in MIGRATIONS.iter().enumerate() {
         let version = i as i32 + 1;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done = tx
-            .query_row("SELECT 1 FROM keyorder_migrations WHERE version = ?1", [version], |_| {
+        let done =
+            tx.query_row("SELECT 1 FROM keyorder_migrations WHERE version = ?1", [version], |_| {
                 Ok(())
             })
             .optional()?;
