@@ -1,4 +1,4 @@
-//! `keyorder bench`: throughput of the PostgreSQL store with a no-op deliverer: batch enqueue,
+//! `keyorder bench`: throughput of the store (PostgreSQL, or SQLite for `sqlite:PATH`) with a no-op deliverer: batch enqueue,
 //! drain with 1, 2, 4, 8 workers over 16 partitions, and drain after a million events have
 //! churned through the table compared with a fresh (truncated) one, best of three each. Durable commits (the server's default
 //! `synchronous_commit = on`). Use a throwaway database: it empties the queue tables.
@@ -14,12 +14,14 @@ use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::Head;
 use keyorder::key::Event;
 use keyorder::store::postgres::{queue, schema, PgOptions, PgStore};
+use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
+use keyorder::store::Store;
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionCount, PartitionId, Router, Time};
 use tokio_postgres::Client;
 
 use super::bench_http::{self, Delivery};
-use super::db::{block_on, Database};
+use super::db::{block_on, Database, DbTarget};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -72,6 +74,9 @@ const PARTITIONS: i64 = 16;
 const BATCH: u64 = 5_000;
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let DbTarget::Sqlite(path) = args.db.target()? {
+        return run_sqlite(args, path);
+    }
     anyhow::ensure!(args.yes, "keyorder bench empties delivery_queue and delivery_dlq: re-run with --yes on a throwaway database");
     block_on(async move {
         let mut c = args.db.client().await?;
@@ -95,7 +100,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             if i > 0 {
                 enqueue(&mut c, &mut next, args.events, args.keys).await?;
             }
-            let rate = drain(&args.db.database, &c, w, args.events).await?;
+            let rate = drain(|| pg_store(&args.db.database), Probe::Pg(&c), w, args.events).await?;
             println!("drain, {w} worker(s), {PARTITIONS} partitions: {rate:.0} deliveries/s");
         }
         let w = args.workers.iter().copied().max().unwrap_or(4);
@@ -105,7 +110,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         while churned < args.churn {
             let n = (args.churn - churned).min(200_000);
             enqueue(&mut c, &mut next, n, args.keys).await?;
-            drain(&args.db.database, &c, w, n).await?;
+            drain(|| pg_store(&args.db.database), Probe::Pg(&c), w, n).await?;
             churned += n;
             eprintln!("churned {churned} of {}", args.churn);
         }
@@ -131,7 +136,8 @@ async fn best_of(
     let mut best = 0.0f64;
     for _ in 0..n {
         enqueue(c, next, args.sample, args.keys).await?;
-        best = best.max(drain(&args.db.database, c, workers, args.sample).await?);
+        best = best
+            .max(drain(|| pg_store(&args.db.database), Probe::Pg(c), workers, args.sample).await?);
     }
     Ok(best)
 }
@@ -178,18 +184,7 @@ async fn enqueue_routed(
     let mut left = n;
     while left > 0 {
         let size = left.min(BATCH);
-        let events: Vec<Event> = (0..size)
-            .map(|i| {
-                let id = *next + i;
-                Event {
-                    event_id: format!("bench-{id}"),
-                    tenant_id: String::new(),
-                    subscription_id: format!("sub_{:06}", id % keys.max(1)),
-                    resource_id: String::new(),
-                    payload: serde_json::json!({"n": id}),
-                }
-            })
-            .collect();
+        let events = batch(*next, size, keys);
         queue::enqueue(c, &router, &events, false).await.context("enqueue")?;
         *next += size;
         left -= size;
@@ -197,17 +192,114 @@ async fn enqueue_routed(
     Ok(())
 }
 
+fn pg_store(url: &str) -> anyhow::Result<PgStore> {
+    Ok(PgStore::new(url, PartitionCount::new(PARTITIONS)?, PgOptions::default())?)
+}
+
+/// Where the drain looks for the queue's depth.
+enum Probe<'a> {
+    Pg(&'a Client),
+    Sqlite(&'a rusqlite::Connection),
+}
+
+impl Probe<'_> {
+    async fn depth(&self) -> anyhow::Result<i64> {
+        Ok(match self {
+            Probe::Pg(c) => c.query_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0),
+            // A count on an indexed table: short enough to run on the bench's runtime.
+            Probe::Sqlite(c) => sqlite::queue::depth(c)?,
+        })
+    }
+}
+
+/// The SQLite bench: batch enqueue, then drain with each worker count (in-process workers on
+/// one file). No churn measurement: SQLite reuses deleted pages, there is no bloat to show.
+fn run_sqlite(args: BenchArgs, path: std::path::PathBuf) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.yes || !path.exists(),
+        "keyorder bench empties the queue tables of {}: re-run with --yes, or name a new file",
+        path.display()
+    );
+    let mut c = sqlite::schema::open(&path, OpenMode::Create)
+        .with_context(|| format!("opening {}", path.display()))?;
+    c.execute_batch(
+        "DELETE FROM delivery_queue; DELETE FROM delivery_dlq; DELETE FROM keyorder_lease;",
+    )?;
+    println!(
+        "SQLite store {}: journal_mode=WAL, synchronous=NORMAL, {PARTITIONS} partitions, no-op deliverer",
+        path.display()
+    );
+    let router = Router::new(PartitionCount::new(PARTITIONS)?);
+    let clock = TokioClock::start();
+    let mut next = 0u64;
+    let enqueue = |c: &mut rusqlite::Connection, next: &mut u64, n: u64| -> anyhow::Result<()> {
+        let mut left = n;
+        while left > 0 {
+            let size = left.min(BATCH);
+            let events = batch(*next, size, args.keys);
+            sqlite::queue::enqueue(c, &router, &events).context("enqueue")?;
+            *next += size;
+            left -= size;
+        }
+        Ok(())
+    };
+    let t0 = clock.now();
+    enqueue(&mut c, &mut next, args.events)?;
+    let secs = clock.now().saturating_since(t0).as_secs_f64();
+    println!(
+        "batch enqueue: {} events in {secs:.2} s = {:.0} events/s (batches of {BATCH}, one transaction each)",
+        args.events,
+        args.events as f64 / secs
+    );
+    for (i, &w) in args.workers.iter().enumerate() {
+        if i > 0 {
+            enqueue(&mut c, &mut next, args.events)?;
+        }
+        let store = || {
+            let options = SqliteOptions::for_delivery_timeout(BENCH_DELIVERY_TIMEOUT);
+            Ok(SqliteStore::new(&path, PartitionCount::new(PARTITIONS)?, options, clock)?)
+        };
+        let rate = block_on(drain(store, Probe::Sqlite(&c), w, args.events))??;
+        println!("drain, {w} worker(s), {PARTITIONS} partitions: {rate:.0} deliveries/s");
+    }
+    Ok(())
+}
+
+/// The workers' delivery timeout in the drains (the no-op deliverer answers at once).
+const BENCH_DELIVERY_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Events `first..first + size`, spread over `keys` keys.
+fn batch(first: u64, size: u64, keys: u64) -> Vec<Event> {
+    (0..size)
+        .map(|i| {
+            let id = first + i;
+            Event {
+                event_id: format!("bench-{id}"),
+                tenant_id: String::new(),
+                subscription_id: format!("sub_{:06}", id % keys.max(1)),
+                resource_id: String::new(),
+                payload: serde_json::json!({"n": id}),
+            }
+        })
+        .collect()
+}
+
 /// Deliveries per second in the steady state: between the 10% and 90% marks of `n`, so that
 /// lease start-up and the last partitions' tails do not count. Returns once the queue is empty.
-async fn drain(url: &str, c: &Client, workers: usize, n: u64) -> anyhow::Result<f64> {
+async fn drain<S: Store>(
+    store: impl Fn() -> anyhow::Result<S>,
+    probe: Probe<'_>,
+    workers: usize,
+    n: u64,
+) -> anyhow::Result<f64> {
     let clock = TokioClock::start();
     let delivered = Rc::new(Cell::new(0u64));
     let (tx, rx) = tokio::sync::watch::channel(false);
     let mut handles = Vec::new();
     for i in 0..workers {
-        let store = PgStore::new(url, PartitionCount::new(PARTITIONS)?, PgOptions::default())?;
+        let store = store()?;
         let mut cfg = WorkerConfig::new(format!("bench-{i}"));
-        cfg.delivery_timeout = Duration::from_millis(100);
+        cfg.delivery_timeout = BENCH_DELIVERY_TIMEOUT;
         cfg.rebalance_every = Duration::from_millis(100);
         cfg.idle_poll = Duration::from_millis(10);
         cfg.start_offset = (i * PARTITIONS as usize / workers) as u16;
@@ -231,8 +323,7 @@ async fn drain(url: &str, c: &Client, workers: usize, n: u64) -> anyhow::Result<
         }
     }
     loop {
-        let depth: i64 = c.query_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0);
-        if depth == 0 {
+        if probe.depth().await? == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

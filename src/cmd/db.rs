@@ -11,6 +11,8 @@ use clap::{Args, Subcommand};
 use keyorder::key::Event;
 use keyorder::retry::RetryPolicy;
 use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
+use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
+use keyorder::store::{Store, StoreError};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionCount, Router};
 use tokio_postgres::Client;
@@ -31,19 +33,166 @@ pub fn block_on<F: Future>(fut: F) -> anyhow::Result<F::Output> {
 /// The database to use.
 #[derive(Debug, Clone, Args)]
 pub struct Database {
-    /// PostgreSQL connection URL, e.g. postgres://user@localhost/db (or set DATABASE_URL).
-    #[arg(long, env = "DATABASE_URL")]
+    /// Where the queue lives: sqlite:PATH (a file, created on first `enqueue`, `migrate` or
+    /// `work`) or a PostgreSQL URL, postgres://user@host/db. Default: sqlite:keyorder.db in the
+    /// working directory, unless DATABASE_URL is set.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE)]
     pub database: String,
 }
 
+/// The database when neither --database nor DATABASE_URL says otherwise.
+pub const DEFAULT_DATABASE: &str = "sqlite:keyorder.db";
+
+/// A parsed --database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbTarget {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL or key=value connection string.
+    Postgres(String),
+}
+
+/// The store's queue operations, on either database. The SQLite calls block: these are
+/// one-shot commands with nothing else on their runtime.
+pub enum Queue {
+    /// PostgreSQL.
+    Pg(Client),
+    /// SQLite.
+    Sqlite(rusqlite::Connection),
+}
+
+/// A refusal to open a SQLite file is input the user can fix (the file or the flag).
+fn sqlite_refusal(path: &std::path::Path, e: StoreError) -> anyhow::Error {
+    use rusqlite::ErrorCode as C;
+    let user_fixable = match &e {
+        StoreError::Refused { .. } => true,
+        StoreError::Sqlite(s) => matches!(
+            s.sqlite_error_code(),
+            Some(C::CannotOpen | C::ReadOnly | C::NotADatabase | C::PermissionDenied)
+        ),
+        _ => false,
+    };
+    if user_fixable {
+        let detail = match &e {
+            StoreError::Refused { reason, .. } => reason.clone(),
+            other => format!("cannot open {}: {}", path.display(), error_chain(other)),
+        };
+        BadInput(format!("--database sqlite:{}: {detail}", path.display())).into()
+    } else {
+        anyhow::Error::new(e).context(format!("opening {}", path.display()))
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 impl Database {
-    /// A connected client; the error names the URL's host and what failed.
+    /// Which database --database names.
+    pub fn target(&self) -> Result<DbTarget, BadInput> {
+        let text = self.database.trim();
+        if let Some(rest) = text.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(BadInput(
+                    "--database sqlite: needs a path, e.g. sqlite:keyorder.db".into(),
+                ));
+            }
+            return Ok(DbTarget::Sqlite(PathBuf::from(path)));
+        }
+        Ok(DbTarget::Postgres(text.to_owned()))
+    }
+
+    /// A connected PostgreSQL client; the error names what failed. A SQLite --database is bad
+    /// input here (the caller needs PostgreSQL).
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let store = PgStore::new(&self.database, PartitionCount::new(1)?, PgOptions::default())
+        let DbTarget::Postgres(url) = self.target()? else {
+            return Err(BadInput(format!(
+                "this needs PostgreSQL (--database postgres://...), not {}",
+                self.database
+            ))
+            .into());
+        };
+        let store = PgStore::new(&url, PartitionCount::new(1)?, PgOptions::default())
             .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
         postgres::connect(store.config())
             .await
             .context("cannot connect to the database (check --database)")
+    }
+
+    /// The queue, opened as `mode` says (on PostgreSQL: connected, and unless migrating,
+    /// checked to be at the current schema version).
+    pub async fn queue(&self, mode: OpenMode) -> anyhow::Result<Queue> {
+        match self.target()? {
+            DbTarget::Sqlite(path) => sqlite::schema::open(&path, mode)
+                .map(Queue::Sqlite)
+                .map_err(|e| sqlite_refusal(&path, e)),
+            DbTarget::Postgres(_) => {
+                let client = self.client().await?;
+                if mode != OpenMode::Migrate {
+                    schema::require_current(&client).await?;
+                }
+                Ok(Queue::Pg(client))
+            }
+        }
+    }
+}
+
+impl Queue {
+    async fn enqueue(
+        &mut self,
+        router: &Router,
+        events: &[Event],
+        serialise_keys: bool,
+    ) -> Result<queue::EnqueueReport, StoreError> {
+        match self {
+            Queue::Pg(c) => queue::enqueue(c, router, events, serialise_keys).await,
+            // One writer at a time: rows of one key always commit in seq order.
+            Queue::Sqlite(c) => sqlite::queue::enqueue(c, router, events),
+        }
+    }
+
+    async fn lag(&self) -> Result<(Vec<queue::PartitionLag>, Vec<queue::KeyDepth>), StoreError> {
+        match self {
+            Queue::Pg(c) => Ok((queue::lag(c).await?, queue::heaviest_keys(c, 10).await?)),
+            Queue::Sqlite(c) => Ok((sqlite::queue::lag(c)?, sqlite::queue::heaviest_keys(c, 10)?)),
+        }
+    }
+
+    async fn dead_letters(
+        &self,
+        id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<queue::DeadRow>, StoreError> {
+        match self {
+            Queue::Pg(c) => queue::dead_letters(c, id, limit).await,
+            Queue::Sqlite(c) => sqlite::queue::dead_letters(c, id, limit),
+        }
+    }
+
+    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
+        match self {
+            Queue::Pg(c) => queue::redrive(c, router, id).await,
+            Queue::Sqlite(c) => sqlite::queue::redrive(c, router, id),
+        }
+    }
+
+    async fn switch(
+        &mut self,
+        from: PartitionCount,
+        to: PartitionCount,
+    ) -> Result<queue::Layout, StoreError> {
+        match self {
+            Queue::Pg(c) => queue::switch_online(c, from, to).await,
+            Queue::Sqlite(c) => sqlite::queue::switch_online(c, from, to),
+        }
     }
 }
 
@@ -59,8 +208,11 @@ pub struct MigrateArgs {
 
 pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     block_on(async {
-        let mut client = args.db.client().await?;
-        let applied = schema::migrate(&mut client).await.context("migrating")?;
+        let applied = match args.db.queue(OpenMode::Migrate).await? {
+            Queue::Pg(mut client) => schema::migrate(&mut client).await.context("migrating")?,
+            // Opening for migration applied what was missing; this reports it.
+            Queue::Sqlite(mut c) => sqlite::schema::migrate(&mut c).context("migrating")?,
+        };
         if applied.is_empty() {
             println!("schema is current (version {})", schema::SCHEMA_VERSION);
         } else {
@@ -99,8 +251,7 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
     };
     let router = Router::new(args.partitions);
     block_on(async move {
-        let mut client = args.db.client().await?;
-        schema::require_current(&client).await?;
+        let mut client = args.db.queue(OpenMode::Create).await?;
         let (mut total, mut dups, mut batch, mut first_line) = (0u64, 0usize, Vec::new(), 1u64);
         for (i, line) in input.lines().enumerate() {
             let no = i as u64 + 1;
@@ -132,7 +283,7 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
 
 /// Inserts and empties `batch`; returns (inserted, duplicates), naming each duplicate.
 async fn insert(
-    client: &mut Client,
+    client: &mut Queue,
     router: &Router,
     batch: &mut Vec<Event>,
     serialise_keys: bool,
@@ -140,7 +291,7 @@ async fn insert(
     if batch.is_empty() {
         return Ok((0, 0));
     }
-    let report = queue::enqueue(client, router, batch, serialise_keys).await?;
+    let report = client.enqueue(router, batch, serialise_keys).await?;
     report.duplicates.iter().for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
     batch.clear();
     Ok((report.inserted, report.duplicates.len()))
@@ -181,6 +332,10 @@ pub struct WorkArgs {
     /// (named NAME-0, NAME-1, ... when more than one). Default: the machine's cores.
     #[arg(long, default_value_t = super::workers::default_threads())]
     threads: usize,
+    /// SQLite only: how long a partition's lease lasts unrenewed, in ms (renewed every third of
+    /// it). Must exceed the delivery timeout; default three times it.
+    #[arg(long)]
+    lease_expiry_ms: Option<u64>,
 }
 
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
@@ -194,33 +349,80 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         Duration::from_millis(args.backoff_cap_ms),
     )
     .map_err(|e| BadInput(e.to_string()))?;
-    let store = PgStore::new(&args.db.database, args.partitions, PgOptions::default())
-        .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
     if args.threads == 0 {
         return Err(BadInput("--threads must be at least 1".into()).into());
     }
-    block_on(async {
-        let client = args.db.client().await?;
-        schema::require_current(&client).await?;
-        anyhow::Ok(())
-    })??;
+    let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
+    let settings = LoopSettings {
+        name: args.name.clone(),
+        retry,
+        delivery_timeout,
+        idle_poll: Duration::from_millis(args.idle_poll_ms),
+        delivery,
+    };
+    match args.db.target()? {
+        DbTarget::Postgres(url) => {
+            let store = PgStore::new(&url, args.partitions, PgOptions::default())
+                .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
+            block_on(async {
+                let client = args.db.client().await?;
+                schema::require_current(&client).await?;
+                anyhow::Ok(())
+            })??;
+            run_threads(move || Ok(store.clone()), settings, &args)
+        }
+        DbTarget::Sqlite(path) => {
+            let mut options = SqliteOptions::for_delivery_timeout(delivery_timeout);
+            if let Some(ms) = args.lease_expiry_ms {
+                options.lease_expiry = Duration::from_millis(ms);
+            }
+            options
+                .validate()
+                .map_err(|e| BadInput(format!("--lease-expiry-ms: {}", error_chain(&e))))?;
+            // Creates the file (with its schema) on first use; checks it otherwise.
+            drop(
+                sqlite::schema::open(&path, OpenMode::Create)
+                    .map_err(|e| sqlite_refusal(&path, e))?,
+            );
+            // One store handle (and connection thread) per worker loop.
+            let count = args.partitions;
+            let make = move || {
+                SqliteStore::new(path.clone(), count, options, keyorder::clock::TokioClock::start())
+                    .map_err(anyhow::Error::from)
+            };
+            run_threads(make, settings, &args)
+        }
+    }
+}
+
+/// What every worker loop of `keyorder work` is configured from (all of it `Send`).
+struct LoopSettings {
+    name: String,
+    retry: RetryPolicy,
+    delivery_timeout: Duration,
+    idle_poll: Duration,
+    delivery: super::delivery::DeliveryArgs,
+}
+
+/// Runs `--threads` worker loops, each on a store from `make_store`, until a signal (or
+/// --stop-after), with the banner and the summary.
+fn run_threads<S: Store>(
+    make_store: impl Fn() -> anyhow::Result<S> + Send + Sync + 'static,
+    settings: LoopSettings,
+    args: &WorkArgs,
+) -> anyhow::Result<()> {
     eprintln!(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
         args.name, args.partitions, args.delivery.deliver, args.threads
     );
-    let (name, delivery_timeout, idle_poll) = (
-        args.name.clone(),
-        Duration::from_millis(args.delivery_timeout_ms),
-        Duration::from_millis(args.idle_poll_ms),
-    );
     let report = super::workers::run(args.threads, args.stop_after, move |_| {
-        let mut config = WorkerConfig::new(name.clone());
-        config.retry = retry;
-        config.delivery_timeout = delivery_timeout;
-        config.idle_poll = idle_poll;
+        let mut config = WorkerConfig::new(settings.name.clone());
+        config.retry = settings.retry;
+        config.delivery_timeout = settings.delivery_timeout;
+        config.idle_poll = settings.idle_poll;
         config.rng_seed = std::process::id().into();
         config.observer = Some(observer());
-        Ok((store.clone(), delivery.deliverer()?, config))
+        Ok((make_store()?, settings.delivery.deliverer()?, config))
     })?;
     eprintln!(
         "keyorder work: stopped; leases taken {}, given back {}, lost {}",
@@ -306,9 +508,9 @@ pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
         .into());
     }
     block_on(async {
-        let mut client = args.db.client().await?;
-        schema::require_current(&client).await?;
-        let layout = queue::switch_online(&mut client, args.from, args.to)
+        let mut client = args.db.queue(OpenMode::Existing).await?;
+        let layout = client
+            .switch(args.from, args.to)
             .await
             .map_err(|e| BadInput(format!("switch refused: {e}")))?;
         println!(
@@ -336,10 +538,8 @@ pub struct LagArgs {
 
 pub fn lag(args: LagArgs) -> anyhow::Result<()> {
     block_on(async {
-        let client = args.db.client().await?;
-        schema::require_current(&client).await?;
-        let lag = queue::lag(&client).await?;
-        let heavy = queue::heaviest_keys(&client, 10).await?;
+        let client = args.db.queue(OpenMode::Existing).await?;
+        let (lag, heavy) = client.lag().await?;
         if args.json {
             println!(
                 "{}",
@@ -433,11 +633,10 @@ enum DlqAction {
 
 pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
     block_on(async {
-        let mut client = args.db.client().await?;
-        schema::require_current(&client).await?;
+        let mut client = args.db.queue(OpenMode::Existing).await?;
         match args.action {
             DlqAction::List { limit, json } => {
-                for r in queue::dead_letters(&client, None, limit).await? {
+                for r in client.dead_letters(None, limit).await? {
                     if json {
                         println!("{}", serde_json::to_string(&r)?);
                     } else {
@@ -448,14 +647,10 @@ pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
                     }
                 }
             }
-            DlqAction::Show { id } => {
-                match queue::dead_letters(&client, Some(id), 1).await?.pop() {
-                    Some(r) => println!("{}", serde_json::to_string_pretty(&r)?),
-                    None => {
-                        return Err(BadInput(format!("no dead-lettered event with id {id}")).into())
-                    }
-                }
-            }
+            DlqAction::Show { id } => match client.dead_letters(Some(id), 1).await?.pop() {
+                Some(r) => println!("{}", serde_json::to_string_pretty(&r)?),
+                None => return Err(BadInput(format!("no dead-lettered event with id {id}")).into()),
+            },
             DlqAction::Redrive { id, partitions, accept_gap } => {
                 if !accept_gap {
                     return Err(BadInput(
@@ -463,7 +658,7 @@ pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
                     )
                     .into());
                 }
-                match queue::redrive(&mut client, &Router::new(partitions), id).await? {
+                match client.redrive(&Router::new(partitions), id).await? {
                     Some(seq) => println!("redriven as seq {seq} at the tail: it is delivered after later events of its key (an ordering gap)"),
                     None => return Err(BadInput(format!("no dead-lettered event with id {id}")).into()),
                 }

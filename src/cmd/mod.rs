@@ -37,7 +37,8 @@ enum Command {
     Lag(db::LagArgs),
     /// List, show and redrive dead-lettered events.
     Dlq(db::DlqArgs),
-    /// Measure the PostgreSQL store: batch enqueue, drain with 1..8 workers, churn.
+    /// Measure the store (PostgreSQL, or SQLite with --database sqlite:PATH): batch enqueue,
+    /// drain with 1..8 workers, churn (PostgreSQL).
     Bench(bench::BenchArgs),
     /// Change the partition count online (no write pause): a new layout with a per-key barrier.
     Switch(db::SwitchArgs),

@@ -1,7 +1,8 @@
 //! The store boundary the worker is written against: membership, leases, and the fenced queue
 //! operations of one leased partition.
 //!
-//! Implementations: PostgreSQL (session advisory locks) and the simulation's store host. A
+//! Implementations: PostgreSQL (session advisory locks), SQLite (lease rows fenced by epoch) and
+//! the simulation's store host. A
 //! [`LeaseSession`] is one dedicated connection holding one partition's lease; every head
 //! read and acknowledgement goes through it, so a worker that lost its lease cannot advance the
 //! partition (fenced by construction).
@@ -16,6 +17,7 @@ use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 
 pub mod postgres;
+pub mod sqlite;
 
 /// Errors at the store boundary. Any of them on a lease session means the lease is gone.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +45,9 @@ pub enum StoreError {
     /// PostgreSQL reported an error (connection, statement, or server).
     #[error("postgres error")]
     Postgres(#[from] tokio_postgres::Error),
+    /// SQLite reported an error (opening the file, a statement, a busy database).
+    #[error("sqlite error")]
+    Sqlite(#[from] rusqlite::Error),
     /// The store refused the request, saying why.
     #[error("store refused {operation}: {reason}")]
     Refused {

@@ -1,11 +1,14 @@
 //! Tests against a real PostgreSQL 15 server that the tests start themselves (see harness).
 
+#[path = "../conformance/mod.rs"]
+mod conformance;
 mod endpoint;
 mod harness;
 mod util;
 
 mod cli;
 mod compat;
+mod conformance_pg;
 mod crash;
 mod leases;
 mod online;

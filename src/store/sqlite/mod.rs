@@ -1,0 +1,680 @@
+//! The SQLite store: the embedded default. Lease rows with an epoch stand in for advisory
+//! locks; every statement of a leased partition is fenced by holder and epoch.
+//!
+//! * **Connections.** The sessions of one store handle (a worker's membership and its leases)
+//!   share one connection on its own thread; the async side sends it jobs and awaits the
+//!   answers, so no blocking call runs on the worker's executor. Sharing is sound because
+//!   fencing is by holder and epoch in each statement, not by connection; one connection per
+//!   worker also keeps its page cache valid (in WAL mode a commit by another connection
+//!   invalidates it), which is most of the throughput. The connection runs in WAL mode with
+//!   `synchronous = NORMAL` and a busy timeout; every write is one `BEGIN IMMEDIATE`
+//!   transaction.
+//! * **Leases.** `keyorder_lease` has a row per partition: holder, epoch (incremented, across
+//!   all partitions, at each acquisition: the fencing token), expiry (Unix seconds computed
+//!   inside SQL, so Rust reads no wall clock) and how the last holder gave it up. A lease is
+//!   free when it has no holder or its expiry passed. The connection's thread renews the
+//!   store's leases every `lease_expiry / 3` on its own timer (one fenced transaction), so
+//!   renewal goes on during a long delivery.
+//! * **Fencing.** Every head read checks, in the same read transaction as the head query, that
+//!   this holder holds the lease at this epoch; every acknowledgement batch, retry update,
+//!   dead-letter and release runs in a write transaction whose first statement renews the lease
+//!   *only if* it is still held by this holder at this epoch and unexpired. When the check
+//!   fails the transaction is rolled back and the call fails with [`StoreError::LeaseNotHeld`]:
+//!   a worker whose lease expired can neither read the next head nor acknowledge anything.
+//! * **The delivery rule.** A head read succeeds only while the lease lasts at least
+//!   [`SqliteOptions::delivery_timeout`] longer, checked in SQL (`expires_at > now + timeout`);
+//!   when the renewal is behind, the read renews the lease first (fenced). Since
+//!   `lease_expiry > delivery_timeout` ([`SqliteOptions::validate`]), a delivery the worker
+//!   starts ends, answered or timed out, before its lease can expire and another worker can
+//!   take the partition. What no lease can prevent: a process paused (SIGSTOP, a VM freeze)
+//!   between the head read and the send sends that one event late, a duplicate; its
+//!   acknowledgement is then refused.
+//! * **Acknowledgements** are deleted in batches of at most `ack_batch` rows or `ack_delay`
+//!   old (and whenever the partition runs empty), each batch fenced like any other write: a
+//!   lost lease acknowledges nothing, and its unflushed rows are delivered again by the next
+//!   holder. Heads are read after the last acknowledged seq: SQLite serialises writers, so seq
+//!   order is commit order and no row can commit behind it.
+//! * **Membership.** `keyorder_member` has a row per connected worker session, renewed every
+//!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
+//!   `keyorder work` processes on one file share the partitions fairly.
+//!
+//! Expiry is SQLite's wall clock (`unixepoch('subsec')`), the delivery timeout tokio's monotonic
+//! clock: a wall clock stepped forward by more than `lease_expiry - delivery_timeout` can end a
+//! lease while a delivery is out.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::clock::{Clock, TokioClock};
+use crate::ids::{Epoch, PartitionId, Seq, Time};
+use crate::migrate::DEFAULT_HOLD_POLL;
+use crate::routing::PartitionCount;
+use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
+
+mod conn;
+pub mod queue;
+pub mod schema;
+
+use conn::{Conn, Tick};
+
+/// Tuning of the SQLite store.
+#[derive(Clone, Copy, Debug)]
+pub struct SqliteOptions {
+    /// How long a lease (and a membership row) lasts without renewal. Renewed every third of
+    /// it. Must exceed `delivery_timeout`.
+    pub lease_expiry: Duration,
+    /// The worker's delivery timeout: a head is read only while the lease lasts at least this
+    /// much longer (the delivery rule, see the module docs).
+    pub delivery_timeout: Duration,
+    /// How long a connection waits for the write lock before failing.
+    pub busy_timeout: Duration,
+    /// Acknowledgements buffered before a batch delete.
+    pub ack_batch: usize,
+    /// The oldest an unflushed acknowledgement may be.
+    pub ack_delay: Duration,
+}
+
+impl SqliteOptions {
+    /// Defaults for a worker whose delivery timeout is `delivery_timeout`: leases last three
+    /// times as long (30 s for the default 10 s), renewed every `delivery_timeout`.
+    pub fn for_delivery_timeout(delivery_timeout: Duration) -> Self {
+        Self {
+            lease_expiry: delivery_timeout.saturating_mul(3),
+            delivery_timeout,
+            busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+            ack_batch: 128,
+            ack_delay: Duration::from_millis(50),
+        }
+    }
+
+    /// Refuses options that break the delivery rule: a lease must outlast a delivery.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if self.lease_expiry <= self.delivery_timeout {
+            return Err(StoreError::Refused {
+                operation: "configure the SQLite store",
+                reason: format!(
+                    "the lease expiry ({:?}) must exceed the delivery timeout ({:?}), or a delivery could outlast its lease",
+                    self.lease_expiry, self.delivery_timeout
+                ),
+            });
+        }
+        if self.ack_batch == 0 {
+            return Err(StoreError::Refused {
+                operation: "configure the SQLite store",
+                reason: "ack_batch must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.lease_expiry / 3
+    }
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self::for_delivery_timeout(Duration::from_secs(10))
+    }
+}
+
+/// A handle that opens sessions on one database file. Cheap to clone; clones share one
+/// connection thread.
+#[derive(Clone)]
+pub struct SqliteStore {
+    path: PathBuf,
+    count: PartitionCount,
+    options: SqliteOptions,
+    clock: TokioClock,
+    shared: Rc<Shared>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("count", &self.count)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection thread of a store handle, opened on first use, and what its timer renews.
+struct Shared {
+    conn: RefCell<Option<Rc<Conn>>>,
+    registry: Arc<Mutex<Registry>>,
+}
+
+/// The leases and membership rows the connection's timer renews.
+#[derive(Default)]
+struct Registry {
+    leases: BTreeMap<(u16, u64), Fence>,
+    members: BTreeSet<String>,
+}
+
+fn registry(r: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
+    // A panic while holding this lock leaves plain data behind: still usable.
+    r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const MEMBER_UPSERT: &str =
+    "INSERT INTO keyorder_member (member, expires_at) VALUES (?1, unixepoch('subsec') + ?2)
+     ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at";
+
+/// Distinguishes the sessions of one process in holder and member names.
+static SESSION: AtomicU64 = AtomicU64::new(0);
+
+fn session_name(prefix: &str) -> String {
+    let n = SESSION.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}:{}:{n}", std::process::id())
+}
+
+impl SqliteStore {
+    /// A store for the database file at `path` (opened and migrated with [`schema::open`]
+    /// first), leasing under `count` partitions and timing its delivery rule with `clock`.
+    pub fn new(
+        path: impl Into<PathBuf>,
+        count: PartitionCount,
+        options: SqliteOptions,
+        clock: TokioClock,
+    ) -> Result<Self, StoreError> {
+        options.validate()?;
+        let shared = Rc::new(Shared { conn: RefCell::new(None), registry: Arc::default() });
+        Ok(Self { path: path.into(), count, options, clock, shared })
+    }
+
+    /// The shared connection, opened (with its renewal timer) on first use.
+    async fn conn(&self) -> Result<Rc<Conn>, StoreError> {
+        if let Some(c) = self.shared.conn.borrow().as_ref() {
+            return Ok(c.clone());
+        }
+        let tick = renewal(self.shared.registry.clone(), &self.options);
+        let conn = Rc::new(Conn::open(&self.path, self.options.busy_timeout, Some(tick)).await?);
+        // Another session may have opened one meanwhile: keep the first, drop this one.
+        Ok(self.shared.conn.borrow_mut().get_or_insert(conn).clone())
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// A worker's membership session: its row in `keyorder_member`, renewed by the connection's
+/// timer and deleted when the session is dropped.
+pub struct SqliteControl {
+    conn: Rc<Conn>,
+    count: PartitionCount,
+    member: String,
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl Drop for SqliteControl {
+    fn drop(&mut self) {
+        registry(&self.registry).members.remove(&self.member);
+        let member = std::mem::take(&mut self.member);
+        self.conn.detach(move |c| {
+            // Best effort: an undeleted row expires by itself.
+            let _ = c.execute("DELETE FROM keyorder_member WHERE member = ?1", [member]);
+        });
+    }
+}
+
+impl Store for SqliteStore {
+    type Control = SqliteControl;
+    type Lease = SqliteLease;
+
+    async fn connect(&self, worker: &str) -> Result<SqliteControl, StoreError> {
+        let member = session_name(worker);
+        let expiry = secs(self.options.lease_expiry);
+        let conn = self.conn().await?;
+        let m = member.clone();
+        conn.call(move |c| {
+            schema::require_current(c)?;
+            c.execute(MEMBER_UPSERT, params![m, expiry])?;
+            Ok(())
+        })
+        .await?;
+        registry(&self.shared.registry).members.insert(member.clone());
+        Ok(SqliteControl {
+            conn,
+            count: self.count,
+            member,
+            registry: self.shared.registry.clone(),
+        })
+    }
+
+    async fn acquire(&self, partition: PartitionId) -> Result<Option<SqliteLease>, StoreError> {
+        let holder = session_name("lease");
+        let conn = self.conn().await?;
+        let expiry = secs(self.options.lease_expiry);
+        let h = holder.clone();
+        let p = i64::from(partition.0);
+        let Some((epoch, clean)) = conn.call(move |c| take_lease(c, p, &h, expiry)).await? else {
+            return Ok(None);
+        };
+        let fence = Fence {
+            partition,
+            epoch: Epoch(epoch as u64),
+            holder,
+            expiry,
+            margin: secs(self.options.delivery_timeout),
+        };
+        registry(&self.shared.registry).leases.insert((partition.0, epoch as u64), fence.clone());
+        Ok(Some(SqliteLease {
+            conn,
+            fence,
+            handover: if clean { Handover::Clean } else { Handover::Unclean },
+            clock: self.clock,
+            options: self.options,
+            registry: self.shared.registry.clone(),
+            cursor: 0,
+            acks: Vec::new(),
+            oldest_ack: None,
+        }))
+    }
+}
+
+/// Takes `partition`'s lease for `holder` if it is free: `(epoch, clean hand-back)`.
+fn take_lease(
+    c: &mut Connection,
+    p: i64,
+    holder: &str,
+    expiry: f64,
+) -> Result<Option<(i64, bool)>, StoreError> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute(
+        "INSERT INTO keyorder_lease (partition) VALUES (?1) ON CONFLICT (partition) DO NOTHING",
+        [p],
+    )?;
+    let (busy, clean): (bool, bool) = tx.query_row(
+        "SELECT holder IS NOT NULL AND expires_at > unixepoch('subsec'), holder IS NULL AND clean = 1
+         FROM keyorder_lease WHERE partition = ?1",
+        [p],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if busy {
+        return Ok(None);
+    }
+    let epoch: i64 =
+        tx.query_row("SELECT coalesce(max(epoch), 0) + 1 FROM keyorder_lease", [], |r| r.get(0))?;
+    // Held from now on is unclean until the holder says otherwise at release: an expiry or a
+    // crash leaves it so.
+    tx.execute(
+        "UPDATE keyorder_lease SET holder = ?2, epoch = ?3, expires_at = unixepoch('subsec') + ?4, clean = 0
+         WHERE partition = ?1",
+        params![p, holder, epoch, expiry],
+    )?;
+    tx.commit()?;
+    Ok(Some((epoch, clean)))
+}
+
+impl ControlSession for SqliteControl {
+    async fn live_workers(&mut self) -> Result<usize, StoreError> {
+        let n: i64 = self
+            .conn
+            .call(|c| {
+                Ok(c.query_row(
+                    "SELECT count(*) FROM keyorder_member WHERE expires_at > unixepoch('subsec')",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+            .await?;
+        Ok(n.max(1) as usize)
+    }
+
+    async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
+        let count = self.count;
+        self.conn.call(move |c| Ok(queue::consumer_count(c)?.unwrap_or(count))).await
+    }
+}
+
+/// What a fenced statement checks: this holder holds this partition at this epoch, unexpired.
+#[derive(Clone, Debug)]
+struct Fence {
+    partition: PartitionId,
+    epoch: Epoch,
+    holder: String,
+    /// The lease's length, in seconds.
+    expiry: f64,
+    /// The delivery timeout, in seconds: a head is read only while the lease lasts this long.
+    margin: f64,
+}
+
+impl Fence {
+    /// Renews the lease if and only if it is still held: the first statement of every fenced
+    /// write transaction. Refused with [`StoreError::LeaseNotHeld`] otherwise.
+    fn renew(&self, c: &Connection) -> Result<(), StoreError> {
+        let n = c
+            .prepare_cached(
+                "UPDATE keyorder_lease SET expires_at = unixepoch('subsec') + ?4
+                 WHERE partition = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at > unixepoch('subsec')",
+            )?
+            .execute(params![self.p(), self.holder, self.epoch.0 as i64, self.expiry])?;
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(self.not_held())
+        }
+    }
+
+    /// The head after `cursor`, in the same statement as the lease check: `None` when the
+    /// lease is not held; `Some((lasts a delivery timeout longer, head))` when it is.
+    fn held_head(
+        &self,
+        c: &Connection,
+        cursor: i64,
+    ) -> Result<Option<(bool, Option<StoredHead>)>, StoreError> {
+        let mut stmt = c.prepare_cached(HEAD_SQL)?;
+        let row = stmt
+            .query_row(
+                params![self.p(), cursor, self.holder, self.epoch.0 as i64, self.margin],
+                |r| {
+                    let lasts: bool = r.get(0)?;
+                    let Some(seq) = r.get::<_, Option<i64>>(1)? else { return Ok((lasts, None)) };
+                    let wait: f64 = r.get(6)?;
+                    let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
+                    if r.get::<_, bool>(8)? {
+                        // The barrier holds this row: a short wait, no attempt spent.
+                        wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
+                    }
+                    Ok((
+                        lasts,
+                        Some(StoredHead {
+                            seq: Seq(seq),
+                            event_id: r.get(2)?,
+                            key: r.get(3)?,
+                            payload: r.get(4)?,
+                            attempts: r.get::<_, i64>(5)?.clamp(0, i64::from(u32::MAX)) as u32,
+                            wait,
+                            last_error: r.get(7)?,
+                        }),
+                    ))
+                },
+            )
+            .optional()?;
+        Ok(row)
+    }
+
+    fn p(&self) -> i64 {
+        i64::from(self.partition.0)
+    }
+
+    fn not_held(&self) -> StoreError {
+        StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch }
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction that starts with the fenced renewal.
+    fn write<T>(
+        &self,
+        c: &mut Connection,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.renew(&tx)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// The head after `cursor`, read in one statement with the lease check (the delivery rule:
+    /// the lease must last a delivery timeout longer). Renews first when it would not.
+    fn read_head(&self, c: &mut Connection, cursor: i64) -> Result<Option<StoredHead>, StoreError> {
+        match self.held_head(c, cursor)? {
+            Some((true, head)) => Ok(head),
+            None => Err(self.not_held()),
+            // Held, but the renewal is behind: renew and read again under the write lock.
+            Some((false, _)) => self.write(c, |tx| match self.held_head(tx, cursor)? {
+                Some((_, head)) => Ok(head),
+                None => Err(self.not_held()),
+            }),
+        }
+    }
+}
+
+/// The connection's timer: renews every registered lease (under its fence: a lost one stays
+/// lost) and membership row in one transaction. A refusal needs no handling here: the next
+/// fenced statement of that lease reports it.
+fn renewal(reg: Arc<Mutex<Registry>>, options: &SqliteOptions) -> Tick {
+    let expiry = secs(options.lease_expiry);
+    Tick {
+        every: options.renew_every(),
+        run: Box::new(move |c: &mut Connection| {
+            let (fences, members): (Vec<Fence>, Vec<String>) = {
+                let r = registry(&reg);
+                (r.leases.values().cloned().collect(), r.members.iter().cloned().collect())
+            };
+            if fences.is_empty() && members.is_empty() {
+                return;
+            }
+            // Busy: the next tick tries again, and the sessions' own statements renew too.
+            let Ok(tx) = c.transaction_with_behavior(TransactionBehavior::Immediate) else {
+                return;
+            };
+            for f in &fences {
+                let _ = f.renew(&tx);
+            }
+            for m in &members {
+                let _ = tx.execute(MEMBER_UPSERT, params![m, expiry]);
+            }
+            let _ = tx.commit();
+        }),
+    }
+}
+
+/// One partition's lease: every statement of the partition, fenced by holder and epoch.
+pub struct SqliteLease {
+    conn: Rc<Conn>,
+    registry: Arc<Mutex<Registry>>,
+    fence: Fence,
+    handover: Handover,
+    clock: TokioClock,
+    options: SqliteOptions,
+    /// The last acknowledged (or dead-lettered) seq: heads are read after it.
+    cursor: i64,
+    /// Acknowledged seqs not yet deleted.
+    acks: Vec<i64>,
+    oldest_ack: Option<Time>,
+}
+
+/// The lease check and the head in one statement: whether the lease (this partition, holder,
+/// epoch, unexpired: no row otherwise) lasts a delivery timeout longer, then the head's
+/// columns (NULL when the partition is empty), and whether the online repartition's per-key
+/// barrier holds the head.
+const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
+       q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
+       max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
+       (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
+          WHERE o.partition_key = q.partition_key AND o.layout < q.layout))
+     FROM keyorder_lease l
+     LEFT JOIN delivery_queue q ON q.seq =
+       (SELECT seq FROM delivery_queue WHERE partition = ?1 AND seq > ?2 ORDER BY seq LIMIT 1)
+     WHERE l.partition = ?1 AND l.holder = ?3 AND l.epoch = ?4
+       AND l.expires_at > unixepoch('subsec')";
+
+const DELETE_SQL: &str = "DELETE FROM delivery_queue WHERE partition = ?1 AND seq = ?2";
+
+fn delete_acks(c: &Connection, p: i64, acks: &[i64]) -> Result<(), StoreError> {
+    let mut del = c.prepare_cached(DELETE_SQL)?;
+    for seq in acks {
+        del.execute([p, *seq])?;
+    }
+    Ok(())
+}
+
+impl SqliteLease {
+    fn p(&self) -> i64 {
+        self.fence.p()
+    }
+
+    /// Runs a fenced write transaction on the connection's thread, after deleting the buffered
+    /// acknowledgements in it.
+    async fn write<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let acks = std::mem::take(&mut self.acks);
+        self.oldest_ack = None;
+        let (fence, p) = (self.fence.clone(), self.p());
+        self.conn
+            .call(move |c| {
+                fence.write(c, |tx| {
+                    delete_acks(tx, p, &acks)?;
+                    f(tx)
+                })
+            })
+            .await
+    }
+
+    async fn flush_acks(&mut self) -> Result<(), StoreError> {
+        if self.acks.is_empty() {
+            return Ok(());
+        }
+        self.write(|_| Ok(())).await
+    }
+}
+
+impl Drop for SqliteLease {
+    fn drop(&mut self) {
+        // No more renewals: unreleased, the lease expires by itself.
+        registry(&self.registry).leases.remove(&(self.fence.partition.0, self.fence.epoch.0));
+    }
+}
+
+impl LeaseSession for SqliteLease {
+    fn partition(&self) -> PartitionId {
+        self.fence.partition
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.fence.epoch
+    }
+
+    fn handover(&self) -> Handover {
+        self.handover
+    }
+
+    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+        let (fence, cursor) = (self.fence.clone(), self.cursor);
+        let head = self.conn.call(move |c| fence.read_head(c, cursor)).await?;
+        if head.is_none() {
+            // The partition ran empty: nothing is gained by holding the deletes back.
+            self.flush_acks().await?;
+        }
+        Ok(head)
+    }
+
+    async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
+        self.acks.push(seq.0);
+        self.cursor = self.cursor.max(seq.0);
+        let now = self.clock.now();
+        let oldest = *self.oldest_ack.get_or_insert(now);
+        if self.acks.len() >= self.options.ack_batch
+            || now.saturating_since(oldest) >= self.options.ack_delay
+        {
+            self.flush_acks().await?;
+        }
+        Ok(())
+    }
+
+    async fn schedule_retry(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        retry_in: Duration,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        let (p, error, wait) = (self.p(), error.to_owned(), secs(retry_in));
+        self.write(move |c| {
+            c.prepare_cached(
+                "UPDATE delivery_queue
+                 SET attempts = ?3, not_before = unixepoch('subsec') + ?4, last_error = ?5
+                 WHERE partition = ?1 AND seq = ?2",
+            )?
+            .execute(params![p, seq.0, i64::from(attempts), wait, error])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn dead_letter(
+        &mut self,
+        seq: Seq,
+        attempts: u32,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let (p, reason) = (self.p(), reason.to_owned());
+        // One transaction: the row leaves the queue and enters the DLQ together or not at all.
+        self.write(move |c| {
+            c.prepare_cached(
+                "INSERT INTO delivery_dlq (seq, partition, partition_key, event_id, payload, attempts, enqueued_at, reason)
+                 SELECT seq, partition, partition_key, event_id, payload, ?3, enqueued_at, ?4
+                 FROM delivery_queue WHERE partition = ?1 AND seq = ?2",
+            )?
+            .execute(params![p, seq.0, i64::from(attempts), reason])?;
+            c.prepare_cached(DELETE_SQL)?.execute([p, seq.0])?;
+            Ok(())
+        })
+        .await?;
+        self.cursor = self.cursor.max(seq.0);
+        Ok(())
+    }
+
+    async fn release(mut self, handover: Handover) -> Result<(), StoreError> {
+        let (p, clean) = (self.p(), handover == Handover::Clean);
+        let fence = self.fence.clone();
+        // The last acknowledgements and the hand-back in one fenced transaction: a lease that
+        // ran out acknowledges nothing and records nothing.
+        self.write(move |c| {
+            c.execute(
+                "UPDATE keyorder_lease SET holder = NULL, expires_at = 0, clean = ?4
+                 WHERE partition = ?1 AND holder = ?2 AND epoch = ?3",
+                params![p, fence.holder, fence.epoch.0 as i64, clean],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// A partition's lease row as stored, for operators and tests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseRow {
+    /// The holder, if any (`None` after a release).
+    pub holder: Option<String>,
+    /// The epoch of the last acquisition.
+    pub epoch: u64,
+    /// Seconds until expiry (negative once expired).
+    pub expires_in: f64,
+    /// Whether the last holder gave it back cleanly (or there never was one).
+    pub clean: bool,
+}
+
+/// The lease row of `partition`, if it was ever leased.
+pub fn lease_row(c: &Connection, partition: PartitionId) -> Result<Option<LeaseRow>, StoreError> {
+    Ok(c.query_row(
+        "SELECT holder, epoch, expires_at - unixepoch('subsec'), clean FROM keyorder_lease WHERE partition = ?1",
+        [i64::from(partition.0)],
+        |r| {
+            Ok(LeaseRow {
+                holder: r.get(0)?,
+                epoch: r.get::<_, i64>(1)? as u64,
+                expires_in: r.get(2)?,
+                clean: r.get(3)?,
+            })
+        },
+    )
+    .optional()?)
+}

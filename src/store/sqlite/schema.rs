@@ -1,0 +1,270 @@
+//! The SQLite schema: the same tables, columns and migration versions as PostgreSQL's (see
+//! [`crate::store::postgres::schema`]) as far as SQLite allows, plus the lease and membership
+//! rows that stand in for advisory locks.
+//!
+//! Differences, all forced by SQLite: `seq` is `INTEGER PRIMARY KEY AUTOINCREMENT` (never
+//! reused, like a sequence); the payload is JSON text checked by `json_valid` on insert;
+//! timestamps are Unix seconds (`REAL`, `unixepoch('subsec')`), so expiry and lag are computed
+//! inside SQL and Rust never reads the wall clock.
+//!
+//! Opening checks what a user can get wrong before anything is written: a missing folder, a
+//! read-only file, a file that is not SQLite, a SQLite file of another application or of
+//! another schema version. Each is a [`StoreError::Refused`] that names the file; the file is
+//! left untouched.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::conn::{configure, open_existing};
+use crate::store::StoreError;
+
+/// Each migration, in order. Version `i + 1` is `MIGRATIONS[i]`, the same numbering as
+/// PostgreSQL's. Never edit a shipped one.
+const MIGRATIONS: &[&str] = &[
+    // 1: the reference queue table.
+    r#"
+    CREATE TABLE delivery_queue (
+      seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+      partition      INTEGER NOT NULL,
+      partition_key  TEXT    NOT NULL,
+      event_id       TEXT    NOT NULL UNIQUE,
+      payload        TEXT    NOT NULL CHECK (json_valid(payload)),
+      attempts       INTEGER NOT NULL DEFAULT 0,
+      enqueued_at    REAL    NOT NULL DEFAULT (unixepoch('subsec'))
+    );
+    CREATE INDEX delivery_queue_drain_idx ON delivery_queue (partition, seq);
+    "#,
+    // 2: a recorded backoff and the last error at the head; the dead-letter table; a key
+    // index; and what stands in for advisory locks: a lease row per partition (holder, epoch
+    // as the fencing token, expiry, how the last holder gave it up) and a membership row per
+    // live worker (renewed by a heartbeat).
+    r#"
+    ALTER TABLE delivery_queue ADD COLUMN not_before REAL;
+    ALTER TABLE delivery_queue ADD COLUMN last_error TEXT;
+    CREATE TABLE delivery_dlq (
+      id               INTEGER PRIMARY KEY AUTOINCREMENT,
+      seq              INTEGER,
+      partition        INTEGER NOT NULL,
+      partition_key    TEXT    NOT NULL,
+      event_id         TEXT    NOT NULL,
+      payload          TEXT    NOT NULL CHECK (json_valid(payload)),
+      attempts         INTEGER NOT NULL,
+      enqueued_at      REAL,
+      reason           TEXT    NOT NULL,
+      dead_lettered_at REAL    NOT NULL DEFAULT (unixepoch('subsec'))
+    );
+    CREATE INDEX delivery_queue_key_idx ON delivery_queue (partition_key);
+    CREATE TABLE keyorder_lease (
+      partition  INTEGER PRIMARY KEY,
+      holder     TEXT,
+      epoch      INTEGER NOT NULL DEFAULT 0,
+      expires_at REAL    NOT NULL DEFAULT 0,
+      clean      INTEGER NOT NULL DEFAULT 1
+    );
+    CREATE TABLE keyorder_member (
+      member     TEXT PRIMARY KEY,
+      expires_at REAL NOT NULL
+    );
+    "#,
+    // 3: the online repartition: each row's layout epoch, and the layouts in order.
+    r#"
+    ALTER TABLE delivery_queue ADD COLUMN layout INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX delivery_queue_layout_idx ON delivery_queue (layout);
+    CREATE TABLE keyorder_layout (
+      epoch      INTEGER PRIMARY KEY,
+      partitions INTEGER NOT NULL CHECK (partitions BETWEEN 1 AND 32767),
+      started_at REAL    NOT NULL DEFAULT (unixepoch('subsec'))
+    );
+    "#,
+];
+
+/// The schema version this build writes and expects (the same number as PostgreSQL's).
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// How long a connection waits for another's write lock before failing.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What opening a database file may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the file if it does not exist and lay down the schema in a fresh file; an
+    /// existing keyorder database must be at [`SCHEMA_VERSION`].
+    Create,
+    /// Upgrade (`keyorder migrate`): like `Create`, but an older keyorder schema is accepted,
+    /// and nothing is applied: the caller runs [`migrate`] and reports what it applied.
+    Migrate,
+    /// The file must exist and be at [`SCHEMA_VERSION`] (reading commands never create files).
+    Existing,
+}
+
+/// What a file holds, judged without writing to it.
+enum Found {
+    Missing,
+    Fresh,
+    Version(Option<i32>),
+}
+
+fn refused(reason: String) -> StoreError {
+    StoreError::Refused { operation: "open the database", reason }
+}
+
+/// Judges `path` read-only: nothing, an empty file, or a database with some schema version.
+fn inspect(path: &Path) -> Result<Found, StoreError> {
+    let shown = path.display();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(refused(format!(
+                "the folder {} of {shown} does not exist (keyorder creates the file, not the folder)",
+                dir.display()
+            )));
+        }
+    }
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(e) => return Err(refused(format!("cannot read {shown}: {e}"))),
+    };
+    if !meta.is_file() {
+        return Err(refused(format!("{shown} is not a file")));
+    }
+    // Checked explicitly: a superuser's writes would succeed on a read-only file.
+    if meta.permissions().readonly() {
+        return Err(refused(format!("{shown} is read-only: keyorder needs to write to it")));
+    }
+    if meta.len() == 0 {
+        return Ok(Found::Fresh);
+    }
+    // Read-write without create: a read-only open of a WAL file could leave -wal and -shm files.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let not_sqlite = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => {
+            refused(format!("{shown} is not a SQLite database (is it the right file?)"))
+        }
+        _ => StoreError::Sqlite(e),
+    };
+    let conn = Connection::open_with_flags(path, flags).map_err(not_sqlite)?;
+    conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+        .map_err(not_sqlite)?;
+    if tables == 0 {
+        return Ok(Found::Fresh);
+    }
+    let has_versions: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'keyorder_migrations')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_versions {
+        return Err(refused(format!(
+            "{shown} is a SQLite database of something else (it has no keyorder_migrations table)"
+        )));
+    }
+    let v: Option<i32> =
+        conn.query_row("SELECT max(version) FROM keyorder_migrations", [], |r| r.get(0))?;
+    Ok(Found::Version(v))
+}
+
+/// Opens the keyorder database at `path` as `mode` allows, checking it first (see the module
+/// docs): on a refusal nothing has been written. The connection is configured (WAL,
+/// `synchronous = NORMAL`, busy timeout) and, unless `mode` is [`OpenMode::Migrate`], its
+/// schema is current.
+pub fn open(path: &Path, mode: OpenMode) -> Result<Connection, StoreError> {
+    let shown = path.display();
+    let found = inspect(path)?;
+    match (&found, mode) {
+        (Found::Missing, OpenMode::Existing) => {
+            return Err(refused(format!(
+                "no database at {shown}: `keyorder enqueue` or `keyorder migrate` creates it"
+            )))
+        }
+        (Found::Fresh, OpenMode::Existing) => {
+            return Err(refused(format!(
+                "{shown} is empty: run `keyorder migrate --database sqlite:{shown}`"
+            )))
+        }
+        (Found::Version(v), _) => check_version(path, *v, mode)?,
+        _ => {}
+    }
+    let mut conn = match found {
+        Found::Missing => {
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let c = Connection::open_with_flags(path, flags)?;
+            configure(&c, DEFAULT_BUSY_TIMEOUT)?;
+            c
+        }
+        _ => open_existing(path, DEFAULT_BUSY_TIMEOUT)?,
+    };
+    if mode != OpenMode::Migrate {
+        // A fresh file gets the schema; a current one is left as it is.
+        migrate(&mut conn)?;
+    }
+    Ok(conn)
+}
+
+fn check_version(path: &Path, found: Option<i32>, mode: OpenMode) -> Result<(), StoreError> {
+    let shown = path.display();
+    let v = found.unwrap_or(0);
+    if v > SCHEMA_VERSION {
+        return Err(refused(format!(
+            "{shown} has schema version {v}, newer than this keyorder's {SCHEMA_VERSION}: use a newer keyorder"
+        )));
+    }
+    if v < SCHEMA_VERSION && mode != OpenMode::Migrate {
+        return Err(refused(format!(
+            "{shown} has schema version {v}, this keyorder needs {SCHEMA_VERSION}: run `keyorder migrate --database sqlite:{shown}`"
+        )));
+    }
+    Ok(())
+}
+
+/// Applies every migration not applied yet, each in its own `BEGIN IMMEDIATE` transaction (so
+/// two concurrent runs serialise). Returns the versions applied (empty when current).
+pub fn migrate(conn: &mut Connection) -> Result<Vec<i32>, StoreError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS keyorder_migrations (
+           version    INTEGER PRIMARY KEY,
+           applied_at REAL NOT NULL DEFAULT (unixepoch('subsec')))",
+    )?;
+    let mut applied = Vec::new();
+    for (i, sql) in MIGRATIONS.iter().enumerate() {
+        let version = i as i32 + 1;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let done =
+            tx.query_row("SELECT 1 FROM keyorder_migrations WHERE version = ?1", [version], |_| {
+                Ok(())
+            })
+            .optional()?;
+        if done.is_none() {
+            tx.execute_batch(sql)?;
+            tx.execute("INSERT INTO keyorder_migrations (version) VALUES (?1)", [version])?;
+            applied.push(version);
+        }
+        tx.commit()?;
+    }
+    Ok(applied)
+}
+
+/// `Ok` when the schema is at [`SCHEMA_VERSION`]; otherwise an error naming what to run.
+pub fn require_current(conn: &Connection) -> Result<(), StoreError> {
+    let found: Option<i32> =
+        match conn.query_row("SELECT max(version) FROM keyorder_migrations", [], |r| r.get(0)) {
+            Ok(v) => v,
+            Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.contains("no such table") => None,
+            Err(e) => return Err(e.into()),
+        };
+    match found {
+        Some(v) if v == SCHEMA_VERSION => Ok(()),
+        other => Err(StoreError::Refused {
+            operation: "schema check",
+            reason: format!(
+                "the database has schema version {}, this keyorder needs {SCHEMA_VERSION}: run `keyorder migrate`",
+                other.map_or("none".to_owned(), |v| v.to_string())
+            ),
+        }),
+    }
+}

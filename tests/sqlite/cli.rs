@@ -1,0 +1,242 @@
+//! `keyorder` on SQLite files: the quick start with no --database, and each kind of bad file
+//! refused with exit 2 and a message naming it, the file untouched.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rusqlite::Connection;
+
+/// A fresh folder under the system temp folder, removed at the end.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("keyorder-sqlite-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn keyorder(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_keyorder"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("keyorder runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+pub fn events_file(dir: &Path, n: usize) -> PathBuf {
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            serde_json::json!({"event_id": format!("e{i}"), "subscription_id": format!("sub_{}", i % 5),
+                "tenant_id": "t", "resource_id": "r", "payload": {"n": i}})
+            .to_string()
+        })
+        .collect();
+    let path = dir.join("events.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+#[test]
+fn with_no_database_the_queue_is_keyorder_db_in_the_working_folder() {
+    let dir = TempDir::new("default");
+    events_file(&dir.0, 20);
+    let out = keyorder(&dir.0, &["enqueue", "events.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("enqueued 20 events"), "{}", text(&out));
+    assert!(dir.path("keyorder.db").is_file(), "enqueue created keyorder.db");
+    let lag = keyorder(&dir.0, &["lag", "--json"]);
+    assert!(lag.status.success(), "{}", text(&lag));
+    let v: serde_json::Value = serde_json::from_slice(&lag.stdout).expect("json");
+    let depth: i64 =
+        v["partitions"].as_array().unwrap().iter().map(|p| p["depth"].as_i64().unwrap()).sum();
+    assert_eq!(depth, 20);
+    // Enqueueing the same file again skips every event as a duplicate.
+    let again = keyorder(&dir.0, &["enqueue", "events.jsonl"]);
+    assert!(text(&again).contains("enqueued 0 events (20 duplicates skipped)"), "{}", text(&again));
+    let help = keyorder(&dir.0, &["enqueue", "--help"]);
+    assert!(text(&help).contains("sqlite:keyorder.db"), "--help states the default");
+}
+
+#[test]
+fn migrate_creates_then_reports_current() {
+    let dir = TempDir::new("migrate");
+    let first = keyorder(&dir.0, &["migrate", "--database", "sqlite:q.db"]);
+    assert!(text(&first).contains("applied migrations [1, 2, 3]"), "{}", text(&first));
+    let second = keyorder(&dir.0, &["migrate", "--database", "sqlite:q.db"]);
+    assert!(text(&second).contains("schema is current (version 3)"), "{}", text(&second));
+    let c = Connection::open(dir.path("q.db")).unwrap();
+    let mode: String = c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+}
+
+/// The file's bytes and the folder's listing, to show a refusal wrote nothing.
+fn snapshot(dir: &Path, file: &Path) -> (Option<Vec<u8>>, Vec<String>) {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    (std::fs::read(file).ok(), names)
+}
+
+/// Runs `enqueue`, `work` and `lag` against `db` and expects each to be refused as bad input
+/// (exit 2) with `message`, leaving the folder as it was.
+fn refused(dir: &TempDir, db: &str, file: &Path, message: &str) {
+    events_file(&dir.0, 3);
+    let before = snapshot(&dir.0, file);
+    let database = format!("sqlite:{db}");
+    for args in [
+        vec!["enqueue", "--database", &database, "events.jsonl"],
+        vec![
+            "work",
+            "--database",
+            &database,
+            "--deliver",
+            "http://127.0.0.1:9/x",
+            "--stop-after",
+            "1",
+        ],
+        vec!["lag", "--database", &database],
+        vec!["migrate", "--database", &database],
+    ] {
+        let out = keyorder(&dir.0, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(message), "{args:?}: expected {message:?} in {}", text(&out));
+        assert_eq!(snapshot(&dir.0, file), before, "{args:?} touched the folder");
+    }
+}
+
+#[test]
+fn a_path_in_a_missing_folder_is_refused() {
+    let dir = TempDir::new("missing");
+    refused(&dir, "nope/q.db", &dir.path("nope/q.db"), "does not exist");
+    assert!(!dir.path("nope").exists(), "the folder was not created");
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused() {
+    let dir = TempDir::new("notdb");
+    std::fs::write(dir.path("q.db"), "these are my notes, not a database\n".repeat(200)).unwrap();
+    refused(&dir, "q.db", &dir.path("q.db"), "is not a SQLite database");
+}
+
+#[test]
+fn a_sqlite_database_of_another_application_is_refused() {
+    let dir = TempDir::new("foreign");
+    let c = Connection::open(dir.path("q.db")).unwrap();
+    c.execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');").unwrap();
+    drop(c);
+    refused(&dir, "q.db", &dir.path("q.db"), "a SQLite database of something else");
+}
+
+#[test]
+fn a_database_of_another_schema_version_is_refused() {
+    let dir = TempDir::new("version");
+    let out = keyorder(&dir.0, &["migrate", "--database", "sqlite:q.db"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let c = Connection::open(dir.path("q.db")).unwrap();
+    c.execute("INSERT INTO keyorder_migrations (version) VALUES (99)", []).unwrap();
+    // Checkpoint and leave rollback mode untouched: the snapshot then covers every byte.
+    c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+    drop(c);
+    refused(&dir, "q.db", &dir.path("q.db"), "schema version 99, newer than this keyorder's 3");
+}
+
+#[test]
+fn a_read_only_file_is_refused() {
+    let dir = TempDir::new("readonly");
+    let out = keyorder(&dir.0, &["migrate", "--database", "sqlite:q.db"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let file = dir.path("q.db");
+    let mut perms = std::fs::metadata(&file).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&file, perms).unwrap();
+    refused(&dir, "q.db", &file, "is read-only");
+}
+
+#[test]
+fn reading_commands_do_not_create_a_file() {
+    let dir = TempDir::new("nocreate");
+    let out = keyorder(&dir.0, &["lag"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no database at keyorder.db"), "{}", text(&out));
+    assert!(!dir.path("keyorder.db").exists());
+    let out = keyorder(&dir.0, &["dlq", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn a_lease_expiry_shorter_than_the_delivery_timeout_is_refused() {
+    let dir = TempDir::new("expiry");
+    let out = keyorder(
+        &dir.0,
+        &[
+            "work",
+            "--deliver",
+            "http://127.0.0.1:9/x",
+            "--delivery-timeout-ms",
+            "1000",
+            "--lease-expiry-ms",
+            "900",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("must exceed the delivery timeout"), "{}", text(&out));
+    assert!(!dir.path("keyorder.db").exists());
+}
+
+#[test]
+fn switch_on_sqlite_routes_new_events_with_the_new_count() {
+    let dir = TempDir::new("switch");
+    events_file(&dir.0, 10);
+    assert!(keyorder(&dir.0, &["enqueue", "events.jsonl"]).status.success());
+    let out = keyorder(&dir.0, &["switch", "--from", "16", "--to", "32", "--producers-follow"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let wrong = keyorder(&dir.0, &["switch", "--from", "16", "--to", "64", "--producers-follow"]);
+    assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
+    assert!(text(&wrong).contains("the count in force is 32"), "{}", text(&wrong));
+    let later: Vec<String> = (0..10)
+        .map(|i| {
+            serde_json::json!({"event_id": format!("late{i}"), "subscription_id": format!("sub_{}", i % 5),
+                "payload": {"n": i}})
+            .to_string()
+        })
+        .collect();
+    std::fs::write(dir.path("later.jsonl"), later.join("\n")).unwrap();
+    let out = keyorder(&dir.0, &["enqueue", "later.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let c = Connection::open(dir.path("keyorder.db")).unwrap();
+    let router = keyorder::Router::new(keyorder::PartitionCount::new(32).unwrap());
+    let mut st = c
+        .prepare("SELECT partition_key, partition, layout FROM delivery_queue WHERE event_id LIKE 'late%'")
+        .unwrap();
+    let rows: Vec<(String, u16, i64)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 10);
+    for (key, partition, layout) in rows {
+        assert_eq!(layout, 1, "routed under the new layout");
+        assert_eq!(partition, router.route(&key).0, "routed with 32 partitions");
+    }
+}

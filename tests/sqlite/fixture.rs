@@ -1,0 +1,166 @@
+//! The conformance fixture on SQLite: a fresh file per case; a lease is lost by its expiry.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use keyorder::clock::TokioClock;
+use keyorder::key::Event;
+use keyorder::store::sqlite::{queue, schema, SqliteOptions, SqliteStore};
+use keyorder::{PartitionId, Router};
+use rusqlite::Connection;
+
+use super::cli::TempDir;
+use super::conformance::{self, count, Fixture};
+
+pub struct SqliteFixture {
+    /// Removes the file with its folder at the end.
+    pub _dir: TempDir,
+    pub file: PathBuf,
+}
+
+impl SqliteFixture {
+    pub fn new(name: &str) -> SqliteFixture {
+        let dir = TempDir::new(&format!("conf-{name}"));
+        let file = dir.path("q.db");
+        drop(schema::open(&file, schema::OpenMode::Create).expect("creates"));
+        SqliteFixture { _dir: dir, file }
+    }
+
+    pub fn conn(&self) -> Connection {
+        schema::open(&self.file, schema::OpenMode::Existing).expect("opens")
+    }
+}
+
+pub fn options() -> SqliteOptions {
+    let mut o = SqliteOptions::for_delivery_timeout(Duration::from_millis(500));
+    o.ack_delay = Duration::from_millis(10);
+    o
+}
+
+impl Fixture for SqliteFixture {
+    type S = SqliteStore;
+
+    fn store(&self) -> SqliteStore {
+        SqliteStore::new(&self.file, count(), options(), TokioClock::start()).unwrap()
+    }
+
+    async fn enqueue(&self, events: &[Event]) -> (u64, Vec<String>) {
+        let r = queue::enqueue(&mut self.conn(), &Router::new(count()), events).unwrap();
+        (r.inserted, r.duplicates)
+    }
+
+    async fn queued(&self) -> Vec<(i64, u16)> {
+        let c = self.conn();
+        let mut st = c.prepare("SELECT seq, partition FROM delivery_queue ORDER BY seq").unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    }
+
+    async fn dead(&self) -> Vec<(i64, String, i64, String)> {
+        let c = self.conn();
+        let mut st = c
+            .prepare("SELECT seq, event_id, attempts, reason FROM delivery_dlq ORDER BY id")
+            .unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    async fn lag(&self) -> Vec<(i64, i64, i64)> {
+        queue::lag(&self.conn())
+            .unwrap()
+            .iter()
+            .map(|l| (i64::from(l.partition), l.depth, i64::from(l.head_attempts)))
+            .collect()
+    }
+
+    async fn row(&self, seq: i64) -> Option<(i64, Option<String>)> {
+        self.conn()
+            .query_row(
+                "SELECT attempts, last_error FROM delivery_queue WHERE seq = ?1",
+                [seq],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .ok()
+    }
+
+    async fn break_lease(&self, partition: PartitionId) {
+        // What the passing of its expiry does, without waiting for it.
+        let n = self
+            .conn()
+            .execute(
+                "UPDATE keyorder_lease SET expires_at = 0 WHERE partition = ?1",
+                [i64::from(partition.0)],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+}
+
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    tokio::task::LocalSet::new().block_on(&rt, fut)
+}
+
+#[test]
+fn sqlite_conforms() {
+    block_on(conformance::all(|name| async move { SqliteFixture::new(name) }));
+}
+
+/// The fence is what stops a lost lease: the same steps against a store whose fence is gone
+/// (the lease row rewritten to look held by the old session) let the old holder read on, so
+/// the conformance check can fail.
+#[test]
+fn the_fencing_check_fails_without_the_fence() {
+    block_on(async {
+        use keyorder::store::{LeaseSession, Store};
+        let fx = SqliteFixture::new("unfenced");
+        let key = conformance::key_on(0, 0);
+        fx.enqueue(&[conformance::event("u0", &key), conformance::event("u1", &key)]).await;
+        let s = fx.store();
+        let mut old = s.acquire(PartitionId(0)).await.unwrap().unwrap();
+        let holder: String = fx
+            .conn()
+            .query_row("SELECT holder FROM keyorder_lease WHERE partition = 0", [], |r| r.get(0))
+            .unwrap();
+        fx.break_lease(PartitionId(0)).await;
+        let _new = fx.store().acquire(PartitionId(0)).await.unwrap().expect("taken over");
+        assert!(old.fetch_head().await.is_err(), "fenced: the old holder is refused");
+        // Break the fence: make the row say the old holder still holds it.
+        fx.conn()
+            .execute(
+                "UPDATE keyorder_lease SET holder = ?1, epoch = ?2, expires_at = unixepoch('subsec') + 60",
+                rusqlite::params![holder, old.epoch().0 as i64],
+            )
+            .unwrap();
+        assert!(old.fetch_head().await.is_ok(), "unfenced, the old holder reads again");
+    });
+}
+
+/// A lease that nobody renews (its process stopped) expires by itself and is then refused;
+/// renewal keeps a lease held far beyond its expiry while the process runs.
+#[test]
+fn leases_expire_unrenewed_and_renewal_keeps_them() {
+    block_on(async {
+        use keyorder::store::{LeaseSession, Store};
+        let fx = SqliteFixture::new("expiry");
+        fx.enqueue(&[conformance::event("e0", &conformance::key_on(0, 0))]).await;
+        let mut o = options();
+        o.delivery_timeout = Duration::from_millis(100);
+        o.lease_expiry = Duration::from_millis(300);
+        let s = SqliteStore::new(&fx.file, count(), o, TokioClock::start()).unwrap();
+        let mut held = s.acquire(PartitionId(0)).await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(held.fetch_head().await.unwrap().is_some(), "renewed: still held after 1 s");
+        assert!(s.acquire(PartitionId(0)).await.unwrap().is_none(), "and still exclusive");
+        // Stop the renewal as a stopped process would: freeze the row's expiry in the past.
+        let row = keyorder::store::sqlite::lease_row(&fx.conn(), PartitionId(0)).unwrap().unwrap();
+        assert!(row.expires_in > 0.1 && row.expires_in <= 0.31, "{row:?}");
+        assert!(!row.clean, "a held lease is unclean until released");
+        fx.break_lease(PartitionId(0)).await;
+        assert!(matches!(
+            held.fetch_head().await,
+            Err(keyorder::store::StoreError::LeaseNotHeld { .. })
+        ));
+    });
+}

@@ -1,0 +1,13 @@
+//! Tests of the SQLite store: the command line on real files (bad input is exit 2 and leaves the
+//! file untouched), the store conformance suite, and two worker processes on one file with one
+//! of them stopped past its lease expiry.
+
+#[path = "../pg/endpoint.rs"]
+mod endpoint;
+
+#[path = "../conformance/mod.rs"]
+mod conformance;
+
+mod cli;
+mod fixture;
+mod sigstop;
