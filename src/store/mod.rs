@@ -1,11 +1,12 @@
 //! The store boundary the worker is written against: membership, leases, and the fenced queue
 //! operations of one leased partition.
 //!
-//! Implementations: PostgreSQL (session advisory locks), SQLite (lease rows fenced by epoch) and
-//! the simulation's store host. A
-//! [`LeaseSession`] is one dedicated connection holding one partition's lease; every head
-//! read and acknowledgement goes through it, so a worker that lost its lease cannot advance the
-//! partition (fenced by construction).
+//! Implementations: PostgreSQL (session advisory locks), SQLite (lease rows fenced by holder
+//! and epoch) and the simulation's store host. A [`LeaseSession`] holds one partition's lease;
+//! every head read and acknowledgement goes through it and is fenced by it (on PostgreSQL and
+//! in the simulation the session is the dedicated connection that holds the lock; on SQLite
+//! every statement checks the lease row), so a worker that lost its lease cannot advance the
+//! partition.
 
 // The worker runs on a current-thread runtime (turmoil's, or `LocalSet` in production), so
 // these futures need no `Send` bound.
