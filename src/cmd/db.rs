@@ -359,6 +359,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         delivery_timeout,
         idle_poll: Duration::from_millis(args.idle_poll_ms),
         delivery,
+        takeover_delay: None,
     };
     match args.db.target()? {
         DbTarget::Postgres(url) => {
@@ -369,6 +370,13 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
                 schema::require_current(&client).await?;
                 anyhow::Ok(())
             })??;
+            // A holder serves rows it read ahead for up to `ack_delay` after the server last
+            // answered, so after a lost session the next holder waits that much longer than
+            // a delivery can take.
+            let settings = LoopSettings {
+                takeover_delay: Some(delivery_timeout + PgOptions::default().ack_delay),
+                ..settings
+            };
             run_threads(move || Ok(store.clone()), settings, &args)
         }
         DbTarget::Sqlite(path) => {
@@ -402,6 +410,8 @@ struct LoopSettings {
     delivery_timeout: Duration,
     idle_poll: Duration,
     delivery: super::delivery::DeliveryArgs,
+    /// The wait of a lease taken after an unclean hand-back; `None`: the delivery timeout.
+    takeover_delay: Option<Duration>,
 }
 
 /// Runs `--threads` worker loops, each on a store from `make_store`, until a signal (or
@@ -420,6 +430,7 @@ fn run_threads<S: Store>(
         config.retry = settings.retry;
         config.delivery_timeout = settings.delivery_timeout;
         config.idle_poll = settings.idle_poll;
+        config.takeover_delay = settings.takeover_delay;
         config.rng_seed = std::process::id().into();
         config.observer = Some(observer());
         Ok((make_store()?, settings.delivery.deliverer()?, config))

@@ -15,8 +15,8 @@ pub struct PgFixture {
 
 impl Fixture for PgFixture {
     type S = PgStore;
-    // PgLease::handover does not record the hand-back yet (the lead's change): flip this then.
-    const RECORDS_HANDOVER: bool = false;
+    // PgLease records the hand-back in keyorder_handover (schema 4).
+    const RECORDS_HANDOVER: bool = true;
 
     fn store(&self) -> PgStore {
         PgStore::new(&self.url, count(), PgOptions::default()).unwrap()

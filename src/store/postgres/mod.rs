@@ -287,12 +287,23 @@ impl LeaseSession for PgLease {
 
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
         let now = self.clock.now();
-        let fresh = now.saturating_since(self.heard_at) < self.options.ack_delay;
-        if fresh && !self.ahead.is_empty() && !self.held {
+        let full = now.saturating_since(self.full_scan_at) >= self.options.full_scan_every;
+        if !full && !self.ahead.is_empty() && !self.held {
+            // A row read ahead is served only while the session is known alive (and with it
+            // the lock): after `ack_delay` without contact, one round trip proves it again —
+            // the pending acknowledgements if any, else a ping — instead of a re-read, so a
+            // partition slower than one delivery per `ack_delay` keeps its read-ahead.
+            if now.saturating_since(self.heard_at) >= self.options.ack_delay {
+                if self.acks.is_empty() {
+                    self.client.execute("SELECT 1", &[]).await?;
+                    self.heard();
+                } else {
+                    self.flush_acks().await?;
+                }
+            }
             return Ok(self.ahead.front().cloned());
         }
         self.flush_acks().await?;
-        let full = now.saturating_since(self.full_scan_at) >= self.options.full_scan_every;
         self.read_ahead(if full { 0 } else { self.cursor }).await?;
         if self.ahead.is_empty() && self.cursor > 0 && !full {
             // Nothing after the cursor: look behind it once for a row that committed late.

@@ -78,6 +78,17 @@ const MIGRATIONS: &[&str] = &[
       started_at REAL    NOT NULL DEFAULT (unixepoch('subsec'))
     );
     "#,
+    // 4: PostgreSQL's hand-back record; on SQLite it is the lease row's `clean` (since 2), so
+    // this version only keeps the numbering equal.
+    "-- the lease row records it",
+    // 5: a delivery target per key, as on PostgreSQL.
+    r#"
+    CREATE TABLE keyorder_endpoint (
+      partition_key TEXT PRIMARY KEY,
+      url           TEXT NOT NULL,
+      secret_ref    TEXT
+    );
+    "#,
 ];
 
 /// The schema version this build writes and expects (the same number as PostgreSQL's).
