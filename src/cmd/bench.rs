@@ -243,6 +243,41 @@ fn run_sqlite(args: BenchArgs, path: std::path::PathBuf) -> anyhow::Result<()> {
         }
         Ok(())
     };
+    for &p in &args.partitions {
+        let count = PartitionCount::new(p)?;
+        let router = Router::new(count);
+        let mut noop = None;
+        for &d in &args.deliver {
+            c.execute_batch("DELETE FROM delivery_queue; DELETE FROM keyorder_lease;")?;
+            let mut left = args.events;
+            while left > 0 {
+                let size = left.min(BATCH);
+                sqlite::queue::enqueue(&mut c, &router, &batch(next, size, args.keys))
+                    .context("enqueue")?;
+                next += size;
+                left -= size;
+            }
+            let options = SqliteOptions::for_delivery_timeout(Duration::from_millis(1000));
+            let mut cfg = WorkerConfig::new(format!("bench-{d:?}-{p}"));
+            cfg.delivery_timeout = Duration::from_millis(1000);
+            cfg.rebalance_every = Duration::from_millis(100);
+            cfg.idle_poll = Duration::from_millis(10);
+            let rate = block_on(async {
+                let store = SqliteStore::new(&path, count, options, clock)?;
+                bench_http::bench_delivery(store, args.events, d, cfg).await
+            })??;
+            noop = noop.or((d == Delivery::Noop).then_some(rate));
+            let ratio = noop.map(|n| format!(" ({:.0}% of noop)", rate / n * 100.0));
+            println!(
+                "drain, 1 worker, {p} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
+                ratio.unwrap_or_default()
+            );
+        }
+    }
+    c.execute_batch("DELETE FROM delivery_queue; DELETE FROM keyorder_lease;")?;
+    if args.only_delivery {
+        return Ok(());
+    }
     let t0 = clock.now();
     enqueue(&mut c, &mut next, args.events)?;
     let secs = clock.now().saturating_since(t0).as_secs_f64();
