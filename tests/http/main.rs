@@ -3,6 +3,7 @@
 //! too much, or speak TLS with a test CA.
 
 mod behaviour;
+mod dead_letter;
 mod server;
 mod signing;
 mod tls;

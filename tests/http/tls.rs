@@ -20,7 +20,7 @@ fn tls_file(name: &str) -> PathBuf {
 }
 
 /// An HTTPS server with the test certificate (localhost, 127.0.0.1) answering 204.
-async fn https_server() -> (SocketAddr, Counts) {
+pub async fn https_server() -> (SocketAddr, Counts) {
     https_server_on("127.0.0.1:0").await
 }
 
