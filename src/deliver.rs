@@ -67,6 +67,15 @@ pub enum DeliverError {
         /// The `Location` header, if any.
         location: Option<String>,
     },
+    /// The key's own endpoint (its `keyorder_endpoint` row) cannot be used, saying why; nothing
+    /// was sent. Its events fail (and are retried, then dead-lettered) rather than go elsewhere.
+    #[error("the endpoint of key {key:?} is misconfigured: {reason}")]
+    Misconfigured {
+        /// The partition key.
+        key: String,
+        /// What is wrong with its row.
+        reason: String,
+    },
     /// The endpoint's reply body was longer than the limit.
     #[error("HTTP {status} reply larger than {} (the limit)", size(*.limit))]
     ReplyTooLarge {

@@ -19,6 +19,8 @@ use tokio_postgres::Client;
 
 use super::delivery::DeliveryArgs;
 use super::BadInput;
+use keyorder::endpoints::EndpointRow;
+use keyorder::http::{EndpointDirectory, RoutedDeliverer};
 
 /// Runs `fut` on a current-thread runtime inside a `LocalSet`.
 pub fn block_on<F: Future>(fut: F) -> anyhow::Result<F::Output> {
@@ -377,7 +379,16 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
                 takeover_delay: Some(delivery_timeout + PgOptions::default().ack_delay),
                 ..settings
             };
-            run_threads(move || Ok(store.clone()), settings, &args)
+            let load = move || {
+                block_on(async {
+                    let client = postgres::connect(
+                        PgStore::new(&url, PartitionCount::new(1)?, PgOptions::default())?.config(),
+                    )
+                    .await?;
+                    anyhow::Ok(queue::endpoints(&client).await?)
+                })?
+            };
+            run_threads(move || Ok(store.clone()), load, settings, &args)
         }
         DbTarget::Sqlite(path) => {
             let mut options = SqliteOptions::for_delivery_timeout(delivery_timeout);
@@ -398,7 +409,15 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
                 SqliteStore::new(path.clone(), count, options, keyorder::clock::TokioClock::start())
                     .map_err(anyhow::Error::from)
             };
-            run_threads(make, settings, &args)
+            let file = args.db.target()?;
+            let load = move || match &file {
+                DbTarget::Sqlite(path) => {
+                    let c = sqlite::schema::open(path, OpenMode::Existing)?;
+                    anyhow::Ok(sqlite::queue::endpoints(&c)?)
+                }
+                DbTarget::Postgres(_) => unreachable!("a SQLite target"),
+            };
+            run_threads(make, load, settings, &args)
         }
     }
 }
@@ -414,13 +433,37 @@ struct LoopSettings {
     takeover_delay: Option<Duration>,
 }
 
+/// How often `keyorder work` re-reads the per-key endpoint table.
+const ENDPOINT_RELOAD: Duration = Duration::from_secs(10);
+
 /// Runs `--threads` worker loops, each on a store from `make_store`, until a signal (or
 /// --stop-after), with the banner and the summary.
 fn run_threads<S: Store>(
     make_store: impl Fn() -> anyhow::Result<S> + Send + Sync + 'static,
+    load_endpoints: impl Fn() -> anyhow::Result<Vec<EndpointRow>> + Send + 'static,
     settings: LoopSettings,
     args: &WorkArgs,
 ) -> anyhow::Result<()> {
+    // Per-key endpoints: read now, then every ENDPOINT_RELOAD; a failed reload keeps the table.
+    let directory = EndpointDirectory::default();
+    let rows = load_endpoints().context("reading the keyorder_endpoint table")?;
+    if !rows.is_empty() {
+        eprintln!("keyorder work: {} key(s) with endpoints of their own", rows.len());
+    }
+    directory.replace(settings.delivery.endpoint_table(&rows));
+    {
+        let (directory, delivery) = (directory.clone(), settings.delivery.clone());
+        std::thread::Builder::new()
+            .name("endpoints".into())
+            .spawn(move || loop {
+                std::thread::sleep(ENDPOINT_RELOAD);
+                match load_endpoints() {
+                    Ok(rows) => directory.replace(delivery.endpoint_table(&rows)),
+                    Err(e) => eprintln!("keyorder work: keeping the endpoint table: {e:#}"),
+                }
+            })
+            .context("starting the endpoint reloader")?;
+    }
     eprintln!(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
         args.name, args.partitions, args.delivery.deliver, args.threads
@@ -433,7 +476,8 @@ fn run_threads<S: Store>(
         config.takeover_delay = settings.takeover_delay;
         config.rng_seed = std::process::id().into();
         config.observer = Some(observer());
-        Ok((make_store()?, settings.delivery.deliverer()?, config))
+        let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
+        Ok((make_store()?, deliverer, config))
     })?;
     eprintln!(
         "keyorder work: stopped; leases taken {}, given back {}, lost {}",

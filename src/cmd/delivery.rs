@@ -1,11 +1,16 @@
 //! The delivery options of `keyorder work` (`--deliver`, `--ca-file`, signing, timeouts) and
 //! the deliverer they build. Every mistake the user can fix is a [`BadInput`] saying what.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use keyorder::http::{HttpDeliverer, HttpOptions, Scheme, Signing, SigningKey, Target, TlsConfig};
+use keyorder::endpoints::EndpointRow;
+use keyorder::http::{
+    EndpointSpec, HttpDeliverer, HttpOptions, Scheme, Signing, SigningKey, Target, TlsConfig,
+};
 
 use super::BadInput;
 
@@ -42,27 +47,70 @@ impl DeliveryArgs {
     /// The deliverer these options describe, or what the user must fix.
     pub fn deliverer(&self) -> Result<HttpDeliverer, BadInput> {
         let target = Target::parse(&self.deliver).map_err(|e| BadInput(e.to_string()))?;
-        let tls = match (&self.ca_file, target.scheme()) {
-            (None, _) => None,
-            (Some(path), Scheme::Https) => Some(
-                TlsConfig::with_ca_file(path).map_err(|e| BadInput(format!("--ca-file: {e}")))?,
-            ),
-            (Some(_), Scheme::Http) => {
-                return Err(BadInput(format!(
-                    "--ca-file applies to https:// only, but --deliver is {target}"
-                )))
-            }
-        };
+        if self.ca_file.is_some() && target.scheme() == Scheme::Http {
+            return Err(BadInput(format!(
+                "--ca-file applies to https:// only, but --deliver is {target}"
+            )));
+        }
         let env = std::env::var(SECRET_ENV).ok();
         let key = secret(self.signing_secret_file.as_deref(), env.as_deref())?;
+        Ok(HttpDeliverer::with_options(target, self.options(key)?))
+    }
+
+    /// The options of every deliverer: TLS roots, timeouts, limit, and `key` to sign with.
+    fn options(&self, key: Option<SigningKey>) -> Result<HttpOptions, BadInput> {
+        let tls = match &self.ca_file {
+            None => None,
+            Some(path) => Some(
+                TlsConfig::with_ca_file(path).map_err(|e| BadInput(format!("--ca-file: {e}")))?,
+            ),
+        };
         let signing = key.map(|key| Signing { key, unix_time: unix_now });
-        let options = HttpOptions {
+        Ok(HttpOptions {
             connect_timeout: Duration::from_millis(self.connect_timeout_ms.max(1)),
             max_reply: self.max_reply_bytes,
             tls,
             signing,
-        };
-        Ok(HttpDeliverer::with_options(target, options))
+        })
+    }
+
+    /// The deliverer of each `keyorder_endpoint` row, with these options and the row's own
+    /// secret (`env:NAME` or `file:PATH`; none: the default secret), or why the row cannot be
+    /// used — then that key's deliveries fail rather than go to the default URL.
+    pub fn endpoint_table(&self, rows: &[EndpointRow]) -> EndpointTable {
+        let env = std::env::var(SECRET_ENV).ok();
+        rows.iter()
+            .map(|row| {
+                let built = (|| {
+                    let target = Target::parse(&row.url).map_err(|e| e.to_string())?;
+                    let key = match &row.secret_ref {
+                        None => secret(self.signing_secret_file.as_deref(), env.as_deref()),
+                        Some(r) => secret_ref(r),
+                    }
+                    .map_err(|e| e.0)?;
+                    let options = self.options(key).map_err(|e| e.0)?;
+                    Ok(Arc::new(EndpointSpec { target, options }))
+                })();
+                (row.key.clone(), built)
+            })
+            .collect()
+    }
+}
+
+/// Each key's deliverer, as [`DeliveryArgs::endpoint_table`] builds it.
+pub type EndpointTable = BTreeMap<String, Result<Arc<EndpointSpec>, String>>;
+
+/// The signing key a `secret_ref` names: `env:NAME` or `file:PATH`.
+fn secret_ref(reference: &str) -> Result<Option<SigningKey>, BadInput> {
+    if let Some(name) = reference.strip_prefix("env:") {
+        let value = std::env::var(name).map_err(|_| {
+            BadInput(format!("secret_ref {reference:?}: the environment has no {name}"))
+        })?;
+        secret(None, Some(&value))
+    } else if let Some(path) = reference.strip_prefix("file:") {
+        secret(Some(Path::new(path)), None)
+    } else {
+        Err(BadInput(format!("secret_ref {reference:?} is neither env:NAME nor file:PATH")))
     }
 }
 

@@ -35,10 +35,12 @@ use crate::drain::Head;
 use crate::ids::PartitionId;
 
 mod conn;
+mod routed;
 pub mod sign;
 mod target;
 mod tls;
 
+pub use routed::{EndpointDirectory, EndpointSpec, RoutedDeliverer};
 pub use sign::{SecretError, Signing, SigningKey};
 pub use target::{Scheme, Target, UrlError};
 pub use tls::{TlsConfig, TlsError};

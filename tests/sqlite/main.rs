@@ -9,5 +9,6 @@ mod endpoint;
 mod conformance;
 
 mod cli;
+mod endpoints;
 mod fixture;
 mod sigstop;

@@ -213,3 +213,13 @@ pub fn redrive(c: &mut Connection, router: &Router, id: i64) -> Result<Option<i6
 pub fn depth(c: &Connection) -> Result<i64, StoreError> {
     Ok(c.query_row("SELECT count(*) FROM delivery_queue", [], |r| r.get(0))?)
 }
+
+/// Every per-key delivery target (`keyorder_endpoint`), in key order.
+pub fn endpoints(c: &Connection) -> Result<Vec<crate::endpoints::EndpointRow>, StoreError> {
+    let mut stmt =
+        c.prepare("SELECT partition_key, url, secret_ref FROM keyorder_endpoint ORDER BY 1")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(crate::endpoints::EndpointRow { key: r.get(0)?, url: r.get(1)?, secret_ref: r.get(2)? })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
