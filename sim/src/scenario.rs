@@ -316,10 +316,17 @@ impl Scenario {
             Break::UnfencedLease => {
                 // The cut comes early and events keep coming long after it heals, so the
                 // worker that lost its lease has heads to read beside the new holder.
+                // A crash of that worker would end its pooled connections with it and hide the
+                // design, so the random mix must not crash it. The pooled leases never notice
+                // their loss, so the run cannot drain: it ends 15 s after the load.
                 let worker = rng.random_range(0..s.workers);
                 let (at_ms, for_ms) = (rng.random_range(500..1_000), s.detection_ms + 500);
+                s.faults.retain(
+                    |f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker),
+                );
                 s.faults.push(Fault { at_ms, kind: FaultKind::LeaseLoss { worker, for_ms } });
                 s.load_ms = s.load_ms.max(at_ms + for_ms + 3_000);
+                s.duration_ms = s.load_ms + 15_000;
             }
             Break::RequeueAtTail => {
                 for k in s.keys.iter_mut().step_by(4) {

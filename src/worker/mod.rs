@@ -256,9 +256,7 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
         // a clean hand-back (recorded under the lease) no delivery can be out: start at once.
         drain.takeover_delay = match lease.handover() {
             Handover::Clean => Duration::ZERO,
-            Handover::Unclean => {
-                self.config.takeover_delay.unwrap_or(self.config.delivery_timeout)
-            }
+            Handover::Unclean => self.config.takeover_delay.unwrap_or(self.config.delivery_timeout),
         };
         let task = PartitionTask {
             deliver: self.deliver.clone(),

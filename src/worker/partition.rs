@@ -64,8 +64,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Ok(Turn::Release) => {
                     // A failed unlock still ends the session, and with it the lock.
-                    let handover =
-                        if self.unsettled { Handover::Unclean } else { Handover::Clean };
+                    let handover = if self.unsettled { Handover::Unclean } else { Handover::Clean };
                     return match lease.release(handover).await {
                         Ok(()) => PartitionExit::Released(partition),
                         Err(err) => PartitionExit::Lost(partition, err),
