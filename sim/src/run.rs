@@ -91,6 +91,7 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
     world.store.borrow_mut().durable.breaks = StoreBreaks {
         shared_locks: scenario.has(Break::TwoReaders),
         requeue_at_tail: scenario.has(Break::RequeueAtTail),
+        always_clean: scenario.has(Break::HandoverAlwaysClean),
     };
     world.store.borrow_mut().durable.barrier = scenario.procedure == Procedure::Online;
     let mut sim = turmoil::Builder::new()

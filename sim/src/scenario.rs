@@ -305,7 +305,8 @@ impl Scenario {
 
     /// The scenario of `size` and `seed` with `b` switched on, plus the trigger that design
     /// needs to show (a lease loss for an unfenced lease, a modulus change for a flip, a
-    /// poison event for unbounded retry, two producers where keys must share them). Without
+    /// poison event for unbounded retry, two producers where keys must share them, a store
+    /// restart with slow deliveries out for an always-clean hand-back). Without
     /// the switch the same scenario is the correct design under the same faults.
     pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
         let mut s = Scenario::generate(size, seed);
@@ -346,6 +347,27 @@ impl Scenario {
                 let events = s.keys[k].events;
                 s.keys[k].endpoint.poison = vec![rng.random_range(0..events)];
                 s.duration_ms = s.load_ms + 15_000;
+            }
+            Break::HandoverAlwaysClean => {
+                // A store restart drops every lease at once while slow deliveries are out. One
+                // worker is cut off from the store across it, so the others count it gone and
+                // take its partitions while its deliveries are still out: the new holders must
+                // wait those out, and this design tells them not to.
+                for k in s.keys.iter_mut().step_by(2) {
+                    k.endpoint.slow_first = k.endpoint.slow_first.max(1);
+                }
+                let worker = rng.random_range(0..s.workers);
+                s.faults.retain(
+                    |f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker),
+                );
+                // Three chances, a quarter of the load apart, each with its own timing.
+                for i in 1..=3 {
+                    let at_ms = s.load_ms * i / 4 + rng.random_range(0..=100);
+                    s.faults
+                        .push(Fault { at_ms, kind: FaultKind::LeaseLoss { worker, for_ms: 600 } });
+                    let down_ms = rng.random_range(20..=100);
+                    s.faults.push(Fault { at_ms, kind: FaultKind::StoreRestart { down_ms } });
+                }
             }
             Break::TwoReaders | Break::ParallelInPartition => {}
         }

@@ -94,3 +94,8 @@ fn unserialised_producers_are_caught_as_reorder() {
 fn unbounded_retry_is_caught_as_stall() {
     check(Break::UnboundedRetry);
 }
+
+#[test]
+fn an_always_clean_handover_is_caught_as_concurrent() {
+    check(Break::HandoverAlwaysClean);
+}
