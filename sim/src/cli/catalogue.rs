@@ -34,6 +34,9 @@ pub struct CatalogueArgs {
     regressions: PathBuf,
 }
 
+/// (design index, size index, sweep) and the seeds that sweep needed.
+type Found = ((usize, usize, u64), Option<u64>);
+
 /// Seeds sweep `sweep` needed to catch `b` at `size`: `None` if not within `max_seeds`.
 fn seeds_to_catch(b: Break, size: Size, sweep: u64, max_seeds: u64) -> Option<u64> {
     let start = sweep * 1000;
@@ -58,15 +61,14 @@ pub fn run_catalogue(args: CatalogueArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let next = AtomicUsize::new(0);
-    let found: Mutex<Vec<((usize, usize, u64), Option<u64>)>> = Mutex::new(Vec::new());
+    let found: Mutex<Vec<Found>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
-            scope.spawn(|| loop {
-                let Some(&(d, s, i)) = work.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                    break;
-                };
-                let hit = seeds_to_catch(designs[d], args.size[s], i, args.max_seeds);
-                found.lock().unwrap_or_else(|e| e.into_inner()).push(((d, s, i), hit));
+            scope.spawn(|| {
+                while let Some(&(d, s, i)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let hit = seeds_to_catch(designs[d], args.size[s], i, args.max_seeds);
+                    found.lock().unwrap_or_else(|e| e.into_inner()).push(((d, s, i), hit));
+                }
             });
         }
     });
