@@ -319,7 +319,8 @@ impl Scenario {
                 // worker that lost its lease has heads to read beside the new holder.
                 // A crash of that worker would end its pooled connections with it and hide the
                 // design, so the random mix must not crash it. The pooled leases never notice
-                // their loss, so the run cannot drain: it ends 15 s after the load.
+                // their loss, so the run cannot drain: it ends 30 s after the load (time enough for
+                // the same scenario to drain without the switch).
                 let worker = rng.random_range(0..s.workers);
                 let (at_ms, for_ms) = (rng.random_range(500..1_000), s.detection_ms + 500);
                 s.faults.retain(
@@ -327,7 +328,7 @@ impl Scenario {
                 );
                 s.faults.push(Fault { at_ms, kind: FaultKind::LeaseLoss { worker, for_ms } });
                 s.load_ms = s.load_ms.max(at_ms + for_ms + 3_000);
-                s.duration_ms = s.load_ms + 15_000;
+                s.duration_ms = s.load_ms + 30_000;
             }
             Break::RequeueAtTail => {
                 for k in s.keys.iter_mut().step_by(4) {
@@ -346,7 +347,9 @@ impl Scenario {
                 let k = rng.random_range(0..s.keys.len());
                 let events = s.keys[k].events;
                 s.keys[k].endpoint.poison = vec![rng.random_range(0..events)];
-                s.duration_ms = s.load_ms + 15_000;
+                // Long enough for the same scenario to drain without the switch (producers run
+                // well past load_ms at medium size), and for the stall bound to pass with it.
+                s.duration_ms = s.load_ms + 30_000;
             }
             Break::HandoverAlwaysClean => {
                 // A store restart drops every lease at once while slow deliveries are out. One
