@@ -30,11 +30,14 @@ pub enum Break {
     UnserialisedProducers,
     /// No maximum attempts: a poison event stalls its partition forever.
     UnboundedRetry,
+    /// The store tells every new lease that it was handed back cleanly, even when its last
+    /// holder lost it with a delivery still out, so the new holder skips the takeover wait.
+    HandoverAlwaysClean,
 }
 
 impl Break {
     /// Every entry, in catalogue order.
-    pub const ALL: [Break; 8] = [
+    pub const ALL: [Break; 9] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -43,15 +46,17 @@ impl Break {
         Break::ParallelInPartition,
         Break::UnserialisedProducers,
         Break::UnboundedRetry,
+        Break::HandoverAlwaysClean,
     ];
 
     /// The violation the checker must report when this design runs.
     pub fn expected(self) -> Kind {
         match self {
             Break::RandomHash | Break::FlipWithoutDrain => Kind::SplitKey,
-            Break::TwoReaders | Break::UnfencedLease | Break::ParallelInPartition => {
-                Kind::Concurrent
-            }
+            Break::TwoReaders
+            | Break::UnfencedLease
+            | Break::ParallelInPartition
+            | Break::HandoverAlwaysClean => Kind::Concurrent,
             Break::RequeueAtTail | Break::UnserialisedProducers => Kind::Reorder,
             Break::UnboundedRetry => Kind::Stall,
         }
@@ -68,6 +73,7 @@ impl Break {
             Break::ParallelInPartition => "parallel-in-partition",
             Break::UnserialisedProducers => "unserialised-producers",
             Break::UnboundedRetry => "unbounded-retry",
+            Break::HandoverAlwaysClean => "handover-always-clean",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! producers' pause switch used by drain-and-switch. Outside every host, like a config service.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use keyorder::PartitionCount;
@@ -19,9 +19,9 @@ pub struct Control {
     pub worker_count: PartitionCount,
     /// Producers must not start a new insert while this is set.
     pub paused: bool,
-    /// Producers inside a transaction (past the pause check, before its end). Drain-and-switch
+    /// Open transactions per producer (past the pause check, before its end). Drain-and-switch
     /// waits for this to empty after pausing, so no insert routed with the old count is late.
-    pub busy: BTreeSet<usize>,
+    pub busy: BTreeMap<usize, usize>,
     /// Producers that have enqueued everything.
     pub finished: BTreeSet<usize>,
 }
@@ -38,6 +38,21 @@ impl Control {
         self.worker_count = worker_count;
     }
 
+    /// Producer `index` opens a transaction.
+    pub fn enter(&mut self, index: usize) {
+        *self.busy.entry(index).or_default() += 1;
+    }
+
+    /// Producer `index` ended a transaction (committed, failed or never begun).
+    pub fn leave(&mut self, index: usize) {
+        if let Some(n) = self.busy.get_mut(&index) {
+            *n -= 1;
+            if *n == 0 {
+                self.busy.remove(&index);
+            }
+        }
+    }
+
     /// A control plane with `count` in force and producers running.
     pub fn new(count: PartitionCount) -> SharedControl {
         Rc::new(RefCell::new(Control {
@@ -45,7 +60,7 @@ impl Control {
             layout: 0,
             worker_count: count,
             paused: false,
-            busy: BTreeSet::new(),
+            busy: BTreeMap::new(),
             finished: BTreeSet::new(),
         }))
     }

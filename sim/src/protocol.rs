@@ -26,8 +26,9 @@ pub enum StoreRequest {
     LiveWorkers,
     /// `pg_try_advisory_lock(namespace, partition)` on this session.
     TryLock { partition: PartitionId, worker: String },
-    /// `pg_advisory_unlock(namespace, partition)`.
-    Unlock { partition: PartitionId, epoch: Epoch },
+    /// `pg_advisory_unlock(namespace, partition)`, recording how the lease is handed back:
+    /// `clean` when no delivery of this holder can still be out.
+    Unlock { partition: PartitionId, epoch: Epoch, clean: bool },
     /// The partition's head, fenced by the lease.
     FetchHead { partition: PartitionId, epoch: Epoch },
     /// Delete a delivered row, fenced.
@@ -57,7 +58,7 @@ impl StoreRequest {
     /// The lease a request is fenced by, if it is a statement on a leased partition.
     pub fn fence(&self) -> Option<(PartitionId, Epoch)> {
         match self {
-            StoreRequest::Unlock { partition, epoch }
+            StoreRequest::Unlock { partition, epoch, .. }
             | StoreRequest::FetchHead { partition, epoch }
             | StoreRequest::Ack { partition, epoch, .. }
             | StoreRequest::Retry { partition, epoch, .. }
@@ -74,8 +75,8 @@ pub enum StoreResponse {
     Ok,
     /// A count.
     Count(u64),
-    /// The lease's epoch, or `None` when another session holds it.
-    Lock(Option<Epoch>),
+    /// The lease, or `None` when another session holds it.
+    Lock(Option<Granted>),
     /// The head row, if any.
     Head(Option<WireHead>),
     /// The sequence number given to an insert.
@@ -86,6 +87,14 @@ pub enum StoreResponse {
     NotHeld,
     /// Refused, with the reason.
     Refused(String),
+}
+
+/// A granted lease: its epoch, and whether the previous holder handed it back cleanly (or
+/// there never was one), so no delivery of an earlier holder can still be out.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Granted {
+    pub epoch: Epoch,
+    pub clean: bool,
 }
 
 /// A head row on the wire.

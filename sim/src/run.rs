@@ -28,6 +28,10 @@ use crate::trace::Recorder;
 const RACING_COMMIT_JITTER: Duration = Duration::from_millis(150);
 /// Simulated time per `sim.step()`.
 const TICK: Duration = Duration::from_millis(1);
+/// Connections a host's listener queues before accepting (turmoil panics beyond it). Racing
+/// producers (`unserialised-producers`) open one per open transaction, and after a store
+/// restart all of them reconnect at once; turmoil's default of 64 is too few for that burst.
+const ACCEPT_BACKLOG: usize = 4096;
 /// Turmoil's own limit sits past the scenario's, so the driver always stops first.
 const TURMOIL_MARGIN: Duration = Duration::from_secs(10);
 
@@ -90,11 +94,13 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
     world.store.borrow_mut().durable.breaks = StoreBreaks {
         shared_locks: scenario.has(Break::TwoReaders),
         requeue_at_tail: scenario.has(Break::RequeueAtTail),
+        always_clean: scenario.has(Break::HandoverAlwaysClean),
     };
     world.store.borrow_mut().durable.barrier = scenario.procedure == Procedure::Online;
     let mut sim = turmoil::Builder::new()
         .rng_seed(rng.random())
         .tick_duration(TICK)
+        .tcp_capacity(ACCEPT_BACKLOG)
         .simulation_duration(Duration::from_millis(scenario.duration_ms) + TURMOIL_MARGIN)
         .min_message_latency(Duration::from_millis(scenario.min_latency_ms))
         .max_message_latency(Duration::from_millis(scenario.max_latency_ms))
@@ -152,6 +158,7 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
             commit_latency: Duration::from_millis(scenario.commit_latency_ms),
             commit_jitter: if racing { RACING_COMMIT_JITTER } else { Duration::ZERO },
             rng_seed: rng.random(),
+            concurrent: racing,
             request_timeout,
             control: world.control.clone(),
             rec: world.rec.clone(),

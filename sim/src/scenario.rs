@@ -305,7 +305,8 @@ impl Scenario {
 
     /// The scenario of `size` and `seed` with `b` switched on, plus the trigger that design
     /// needs to show (a lease loss for an unfenced lease, a modulus change for a flip, a
-    /// poison event for unbounded retry, two producers where keys must share them). Without
+    /// poison event for unbounded retry, two producers where keys must share them, a store
+    /// restart with slow deliveries out for an always-clean hand-back). Without
     /// the switch the same scenario is the correct design under the same faults.
     pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
         let mut s = Scenario::generate(size, seed);
@@ -316,10 +317,18 @@ impl Scenario {
             Break::UnfencedLease => {
                 // The cut comes early and events keep coming long after it heals, so the
                 // worker that lost its lease has heads to read beside the new holder.
+                // A crash of that worker would end its pooled connections with it and hide the
+                // design, so the random mix must not crash it. The pooled leases never notice
+                // their loss, so the run cannot drain: it ends 30 s after the load (time enough for
+                // the same scenario to drain without the switch).
                 let worker = rng.random_range(0..s.workers);
                 let (at_ms, for_ms) = (rng.random_range(500..1_000), s.detection_ms + 500);
+                s.faults.retain(
+                    |f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker),
+                );
                 s.faults.push(Fault { at_ms, kind: FaultKind::LeaseLoss { worker, for_ms } });
                 s.load_ms = s.load_ms.max(at_ms + for_ms + 3_000);
+                s.duration_ms = s.load_ms + 30_000;
             }
             Break::RequeueAtTail => {
                 for k in s.keys.iter_mut().step_by(4) {
@@ -338,7 +347,30 @@ impl Scenario {
                 let k = rng.random_range(0..s.keys.len());
                 let events = s.keys[k].events;
                 s.keys[k].endpoint.poison = vec![rng.random_range(0..events)];
-                s.duration_ms = s.load_ms + 15_000;
+                // Long enough for the same scenario to drain without the switch (producers run
+                // well past load_ms at medium size), and for the stall bound to pass with it.
+                s.duration_ms = s.load_ms + 30_000;
+            }
+            Break::HandoverAlwaysClean => {
+                // A store restart drops every lease at once while slow deliveries are out. One
+                // worker is cut off from the store across it, so the others count it gone and
+                // take its partitions while its deliveries are still out: the new holders must
+                // wait those out, and this design tells them not to.
+                for k in s.keys.iter_mut().step_by(2) {
+                    k.endpoint.slow_first = k.endpoint.slow_first.max(1);
+                }
+                let worker = rng.random_range(0..s.workers);
+                s.faults.retain(
+                    |f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker),
+                );
+                // Three chances, a quarter of the load apart, each with its own timing.
+                for i in 1..=3 {
+                    let at_ms = s.load_ms * i / 4 + rng.random_range(0..=100);
+                    s.faults
+                        .push(Fault { at_ms, kind: FaultKind::LeaseLoss { worker, for_ms: 600 } });
+                    let down_ms = rng.random_range(20..=100);
+                    s.faults.push(Fault { at_ms, kind: FaultKind::StoreRestart { down_ms } });
+                }
             }
             Break::TwoReaders | Break::ParallelInPartition => {}
         }

@@ -264,6 +264,7 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
             drain,
             delivery_timeout: self.config.delivery_timeout,
             unsettled: false,
+            inherited: lease.handover() == Handover::Unclean,
         };
         self.owned.insert(partition, Some(tx));
         self.tasks.spawn_local(task.run(lease, rx));

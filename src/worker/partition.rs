@@ -43,6 +43,10 @@ pub(super) struct PartitionTask<D, C> {
     /// Whether this holder's last delivery ended without an answer (timed out or broke off):
     /// the endpoint may still be working on it, so the hand-back is not clean.
     pub(super) unsettled: bool,
+    /// Whether the previous holder's hand-back was unclean and this holder has not read yet
+    /// (its first read comes only after the takeover wait): until then a delivery of the
+    /// previous holder may still be out, so giving the lease back is not clean either.
+    pub(super) inherited: bool,
 }
 
 impl<D: Deliver, C: Clock> PartitionTask<D, C> {
@@ -64,7 +68,11 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Ok(Turn::Release) => {
                     // A failed unlock still ends the session, and with it the lock.
-                    let handover = if self.unsettled { Handover::Unclean } else { Handover::Clean };
+                    let handover = if self.unsettled || self.inherited {
+                        Handover::Unclean
+                    } else {
+                        Handover::Clean
+                    };
                     return match lease.release(handover).await {
                         Ok(()) => PartitionExit::Released(partition),
                         Err(err) => PartitionExit::Lost(partition, err),
@@ -104,6 +112,8 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
             let Some(action) = drain.poll_action() else { return Ok(Turn::Idle) };
             match action {
                 Action::FetchHead { .. } => {
+                    // The takeover wait is over: no earlier holder's delivery is still out.
+                    self.inherited = false;
                     let head = lease.fetch_head().await?;
                     let now = self.clock.now();
                     self.feed(drain, Input::HeadFetched(head.map(|h| to_head(h, now))));

@@ -46,6 +46,9 @@ struct ScenarioArgs {
     /// The size.
     #[arg(long, value_enum, default_value_t = Size::Medium)]
     size: Size,
+    /// The scenario a sweep with this broken design runs (with its trigger).
+    #[arg(long = "break", value_enum, value_name = "NAME")]
+    broken: Option<Break>,
 }
 
 /// Where a run's scenario comes from: a file, or generated from the seed at a size.
@@ -123,7 +126,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Catalogue(args) => catalogue::run_catalogue(args),
         Command::Plan(args) => plan::run(args),
         Command::Scenario(args) => {
-            let scenario = Scenario::generate(args.size, args.seed);
+            let scenario = match args.broken {
+                Some(b) => Scenario::generate_broken(args.size, args.seed, b),
+                None => Scenario::generate(args.size, args.seed),
+            };
             emit(&(serde_json::to_string_pretty(&scenario)? + "\n"))?;
             Ok(ExitCode::SUCCESS)
         }

@@ -2,6 +2,11 @@
 //! own routing configuration, in one transaction per event (insert, commit latency, commit).
 //! One producer owns each key and enqueues its events one after another, so a key's seq order
 //! is its commit order. A producer honours the pause switch between events.
+//!
+//! The `unserialised-producers` design breaks that: its producers run every event's
+//! transaction on its own connection, started at the event's planned time (a process with a
+//! connection pool), with commit times that vary, so transactions of one key overlap and may
+//! commit out of seq order.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -64,6 +69,9 @@ pub struct ProducerHost {
     pub commit_jitter: Duration,
     /// Seed of the jitter draws.
     pub rng_seed: u64,
+    /// `unserialised-producers`: each event's transaction runs on its own connection from its
+    /// planned time, beside the producer's other open transactions.
+    pub concurrent: bool,
     /// Store request timeout.
     pub request_timeout: Duration,
     /// The configuration plane.
@@ -96,6 +104,21 @@ impl ProducerHost {
     }
 
     async fn run(&self) {
+        if self.concurrent {
+            self.run_concurrent().await;
+        } else {
+            self.run_serial().await;
+        }
+        self.control.borrow_mut().finished.insert(self.index);
+        self.rec.borrow_mut().log(
+            now(),
+            &self.name(),
+            format_args!("finished {} events", self.plan.len()),
+        );
+    }
+
+    /// The contract: one transaction at a time, in plan order, over one connection.
+    async fn run_serial(&self) {
         let mut conn: Option<Conn> = None;
         let mut rng = StdRng::seed_from_u64(self.rng_seed);
         for event in self.plan.iter() {
@@ -106,7 +129,7 @@ impl ProducerHost {
                 let jitter_us = rng.random_range(0..=self.commit_jitter.as_micros() as u64);
                 let outcome =
                     self.enqueue(&mut conn, event, Duration::from_micros(jitter_us)).await;
-                self.control.borrow_mut().busy.remove(&self.index);
+                self.control.borrow_mut().leave(self.index);
                 match outcome {
                     Enqueued::Done => break,
                     Enqueued::Retry => {
@@ -116,12 +139,36 @@ impl ProducerHost {
                 }
             }
         }
-        self.control.borrow_mut().finished.insert(self.index);
-        self.rec.borrow_mut().log(
-            now(),
-            &self.name(),
-            format_args!("finished {} events", self.plan.len()),
-        );
+    }
+
+    /// `unserialised-producers`: every event starts its own transaction on its own connection
+    /// at its planned time, whatever else is open; returns when all have committed.
+    async fn run_concurrent(&self) {
+        let mut rng = StdRng::seed_from_u64(self.rng_seed);
+        let mut open = tokio::task::JoinSet::new();
+        for event in self.plan.iter() {
+            let wait = event.at.saturating_sub(now().0);
+            tokio::time::sleep(wait).await;
+            let jitter_us = rng.random_range(0..=self.commit_jitter.as_micros() as u64);
+            let (this, event) = (self.clone(), event.clone());
+            open.spawn_local(async move {
+                let mut conn: Option<Conn> = None;
+                loop {
+                    this.wait_while_paused().await;
+                    let jitter = Duration::from_micros(jitter_us);
+                    let outcome = this.enqueue(&mut conn, &event, jitter).await;
+                    this.control.borrow_mut().leave(this.index);
+                    match outcome {
+                        Enqueued::Done => break,
+                        Enqueued::Retry => {
+                            conn = None;
+                            tokio::time::sleep(RECONNECT_AFTER).await;
+                        }
+                    }
+                }
+            });
+        }
+        while open.join_next().await.is_some() {}
     }
 
     /// Returns once producers may enqueue, marked busy in the same instant (no await between
@@ -130,7 +177,7 @@ impl ProducerHost {
         while self.control.borrow().paused {
             tokio::time::sleep(PAUSE_POLL).await;
         }
-        self.control.borrow_mut().busy.insert(self.index);
+        self.control.borrow_mut().enter(self.index);
     }
 
     async fn enqueue(

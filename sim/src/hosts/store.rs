@@ -18,7 +18,7 @@ use keyorder::migrate::{barrier, Barrier, DEFAULT_HOLD_POLL};
 use keyorder::{Epoch, PartitionId, Seq, Time};
 use turmoil::net::TcpListener;
 
-use crate::protocol::{Conn, StoreRequest, StoreResponse, WireHead, STORE_PORT};
+use crate::protocol::{Conn, Granted, StoreRequest, StoreResponse, WireHead, STORE_PORT};
 use crate::trace::{now, SharedRecorder};
 
 /// A queued row.
@@ -52,6 +52,10 @@ pub struct Durable {
     pub next_seq: i64,
     /// The last lease epoch per partition.
     pub epochs: BTreeMap<PartitionId, u64>,
+    /// Partitions whose last holder did not hand them back cleanly: written under the lease
+    /// (set when it is granted, cleared only by an unlock that says clean), so a lock lost with
+    /// its connection or to a restart stays unclean. A partition never locked is clean.
+    pub unclean: BTreeSet<PartitionId>,
     /// Every committed event id (the unique constraint, and the producers' idempotency).
     pub committed_ids: BTreeSet<String>,
     /// How many times the store has started.
@@ -101,6 +105,9 @@ pub struct StoreBreaks {
     pub shared_locks: bool,
     /// `requeue-at-tail`: a failed attempt moves the row to the tail with a new seq.
     pub requeue_at_tail: bool,
+    /// `handover-always-clean`: every lease is granted as handed back cleanly, even after its
+    /// last holder lost it.
+    pub always_clean: bool,
 }
 
 #[derive(Debug, Default)]
@@ -251,10 +258,16 @@ impl StoreState {
             }
             R::Ping => StoreResponse::Ok,
             R::TryLock { partition, worker } => self.try_lock(session, partition, worker, rec),
-            R::Unlock { partition, epoch } => {
+            R::Unlock { partition, epoch, clean } => {
                 self.volatile.locks.remove(&(partition, session));
+                if clean {
+                    self.durable.unclean.remove(&partition);
+                }
                 let worker = self.session(session).holder.clone().unwrap_or_default();
-                lease_change(&mut rec.borrow_mut(), partition, worker, epoch, LeaseEvent::Released);
+                let mut rec = rec.borrow_mut();
+                lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Released);
+                let how = if clean { "clean" } else { "unclean" };
+                rec.log(at, "store", format_args!("p{partition} handed back {how}"));
                 StoreResponse::Ok
             }
             R::FetchHead { partition, .. } => StoreResponse::Head(self.head(partition, at)),
@@ -354,10 +367,17 @@ impl StoreState {
         let epoch = self.durable.epochs.entry(partition).or_default();
         *epoch += 1;
         let epoch = Epoch(*epoch);
+        // Read the previous holder's hand-back, then mark this holding unclean until it ends
+        // with a clean unlock.
+        let clean = self.durable.unclean.insert(partition) || self.durable.breaks.always_clean;
         self.volatile.locks.insert((partition, session), epoch);
         self.session(session).holder = Some(worker.clone());
-        lease_change(&mut rec.borrow_mut(), partition, worker, epoch, LeaseEvent::Acquired);
-        StoreResponse::Lock(Some(epoch))
+        let mut rec = rec.borrow_mut();
+        lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Acquired);
+        if clean {
+            rec.log(now(), "store", format_args!("p{partition} was handed back clean"));
+        }
+        StoreResponse::Lock(Some(Granted { epoch, clean }))
     }
 
     /// The partition's head. A head held by the online repartition's barrier comes back with

@@ -49,6 +49,8 @@ pub struct SimLease {
     conn: Conn,
     partition: PartitionId,
     epoch: Epoch,
+    /// How the previous holder handed the lease back, as the store recorded it.
+    handover: Handover,
     request_timeout: Duration,
     /// `unfenced-lease` only: the pooled connection statements go over instead of `conn`.
     pool: Option<Pool>,
@@ -88,10 +90,11 @@ impl Store for SimStore {
         let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
         let req = StoreRequest::TryLock { partition, worker: self.worker.to_string() };
         match conn.call(&req, "try_lock", self.request_timeout).await? {
-            StoreResponse::Lock(Some(epoch)) => Ok(Some(SimLease {
+            StoreResponse::Lock(Some(granted)) => Ok(Some(SimLease {
                 conn,
                 partition,
-                epoch,
+                epoch: granted.epoch,
+                handover: if granted.clean { Handover::Clean } else { Handover::Unclean },
                 request_timeout: self.request_timeout,
                 pool: self.unfenced.then_some(Pool { conn: None }),
             })),
@@ -196,6 +199,10 @@ impl LeaseSession for SimLease {
         self.epoch
     }
 
+    fn handover(&self) -> Handover {
+        self.handover
+    }
+
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
         let req = StoreRequest::FetchHead { partition: self.partition, epoch: self.epoch };
         match self.fenced(req, "fetch_head").await? {
@@ -254,10 +261,11 @@ impl LeaseSession for SimLease {
         self.expect_ok(req, "dead_letter").await
     }
 
-    async fn release(mut self, _handover: Handover) -> Result<(), StoreError> {
+    async fn release(mut self, handover: Handover) -> Result<(), StoreError> {
         // Unlocking happens on the lock's own session, pooled design or not (PostgreSQL's
         // pg_advisory_unlock on another session unlocks nothing).
-        let req = StoreRequest::Unlock { partition: self.partition, epoch: self.epoch };
+        let clean = handover == Handover::Clean;
+        let req = StoreRequest::Unlock { partition: self.partition, epoch: self.epoch, clean };
         match self.conn.call(&req, "unlock", self.request_timeout).await? {
             StoreResponse::Ok => Ok(()),
             StoreResponse::NotHeld => {

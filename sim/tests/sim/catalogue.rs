@@ -1,16 +1,30 @@
-//! Every broken design in the catalogue is caught with its named violation within
-//! `SEED_BOUND` seeds of small scenarios, and the same scenarios without the switch pass.
+//! Every broken design in the catalogue is caught with its named violation within a few seeds
+//! of small, medium and large scenarios, and the same scenarios without the switch pass. Every
+//! design is caught by the first seed of each larger size, so the large runs add seconds, not
+//! minutes; `KEYORDER_SIM_LARGE=0` leaves them out.
 
 use keyorder_sim::{run, Break, Scenario, Size};
 
-/// Seeds a sweep may need to catch a broken design. The catalogue command measures the median
-/// at 1 for every design but `unserialised-producers` and `unfenced-lease` (2 or less).
-const SEED_BOUND: u64 = 10;
+/// Seeds a sweep may need to catch a broken design, per size: above the worst of 20 sweeps
+/// that `keyorder-sim catalogue --size small --size medium --size large` measures (README).
+fn seed_bound(size: Size) -> u64 {
+    match size {
+        Size::Small => 10,
+        Size::Medium => 4,
+        Size::Large => 2,
+    }
+}
 
-fn check(b: Break) {
+/// Whether the large scenarios run too (unless `KEYORDER_SIM_LARGE=0`).
+fn large() -> bool {
+    std::env::var_os("KEYORDER_SIM_LARGE").is_none_or(|v| v != "0")
+}
+
+fn check_at(b: Break, size: Size) {
+    let bound = seed_bound(size);
     let mut caught = None;
-    for seed in 0..SEED_BOUND {
-        let scenario = Scenario::generate_broken(Size::Small, seed, b);
+    for seed in 0..bound {
+        let scenario = Scenario::generate_broken(size, seed, b);
         let outcome = run(&scenario, seed, false).expect("runs");
         if outcome.verdict.violated().contains(&b.expected()) {
             caught = Some(seed);
@@ -18,19 +32,27 @@ fn check(b: Break) {
         }
     }
     let Some(last) = caught else {
-        panic!("{}: no {} in {SEED_BOUND} seeds", b.name(), b.expected());
+        panic!("{} ({size:?}): no {} in {bound} seeds", b.name(), b.expected());
     };
     // The same scenarios, with the same faults and triggers, are clean without the switch.
     for seed in 0..=last {
-        let mut scenario = Scenario::generate_broken(Size::Small, seed, b);
+        let mut scenario = Scenario::generate_broken(size, seed, b);
         scenario.breaks.clear();
         let outcome = run(&scenario, seed, false).expect("runs");
         assert!(
             outcome.verdict.is_ok(),
-            "{} switched off, seed {seed}:\n{}",
+            "{} ({size:?}) switched off, seed {seed}:\n{}",
             b.name(),
             outcome.verdict
         );
+    }
+}
+
+fn check(b: Break) {
+    check_at(b, Size::Small);
+    check_at(b, Size::Medium);
+    if large() {
+        check_at(b, Size::Large);
     }
 }
 
@@ -72,4 +94,9 @@ fn unserialised_producers_are_caught_as_reorder() {
 #[test]
 fn unbounded_retry_is_caught_as_stall() {
     check(Break::UnboundedRetry);
+}
+
+#[test]
+fn an_always_clean_handover_is_caught_as_concurrent() {
+    check(Break::HandoverAlwaysClean);
 }
