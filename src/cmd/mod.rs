@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chunks;
 pub(crate) mod db;
 mod plan;
 mod route;

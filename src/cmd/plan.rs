@@ -2,16 +2,17 @@
 //! live queue is safe to switch.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, Read};
 use std::path::PathBuf;
 
 use clap::Args;
 use keyorder::plan::{parse_sample_line, DrainInput, Plan, Planner};
+use keyorder::routing::digest_many;
 use keyorder::{Overrides, PartitionCount};
 
-use super::BadInput;
+use super::{chunks, BadInput};
 
-/// Keys routed per batch.
+/// Keys per batch of the queued-keys sample (`--database` without `--keys`).
 const BATCH: usize = 8192;
 
 #[derive(Debug, Args)]
@@ -195,55 +196,73 @@ fn print(plan: &Plan, verdict: Option<&Verdict>, json: bool) -> anyhow::Result<(
     Ok(())
 }
 
-/// Streams the sample into the planner in batches.
+/// Streams the sample into the planner a chunk of lines at a time: each chunk's lines are
+/// parsed and digested (the batch router) in parts on every core, then added in input order.
 fn read_sample(path: &std::path::Path, planner: &mut Planner) -> anyhow::Result<()> {
-    let input: Box<dyn BufRead> = if path.as_os_str() == "-" {
-        Box::new(BufReader::new(io::stdin().lock()))
+    let input: Box<dyn Read> = if path.as_os_str() == "-" {
+        Box::new(io::stdin().lock())
     } else {
-        let file = File::open(path)
-            .map_err(|e| BadInput(format!("cannot open {}: {e}", path.display())))?;
-        Box::new(BufReader::with_capacity(1 << 20, file))
+        Box::new(
+            File::open(path)
+                .map_err(|e| BadInput(format!("cannot open {}: {e}", path.display())))?,
+        )
     };
-    let mut keys: Vec<String> = Vec::with_capacity(BATCH);
-    let mut weights: Vec<f64> = Vec::with_capacity(BATCH);
-    let mut line = String::new();
-    let mut reader = input;
-    let mut line_no = 0u64;
-    loop {
-        line.clear();
-        let n = reader
-            .read_line(&mut line)
-            .map_err(|e| BadInput(format!("line {}: {e}", line_no + 1)))?;
-        if n == 0 {
-            break;
+    let mut states: Vec<SamplePart> = Vec::new();
+    chunks::for_each_chunk(input, |chunk, first_line| {
+        let text = chunks::utf8(chunk, first_line).map_err(|(line, e)| {
+            BadInput(format!("{}: line {line}: not valid UTF-8 ({e})", path.display()))
+        })?;
+        let lines: Vec<&str> = chunks::lines(text).collect();
+        let parts: Vec<(u64, &[&str])> = chunks::split(lines.len(), chunks::parts_for(lines.len()))
+            .map(|r| (first_line + r.start as u64, &lines[r]))
+            .collect();
+        states.resize_with(parts.len(), SamplePart::default);
+        chunks::run_parts(&parts, &mut states[..parts.len()], |(first, lines), part| {
+            part.parse(*first, lines)
+        });
+        for ((first, lines), part) in parts.iter().zip(&states) {
+            if let Some((line_no, e)) = &part.error {
+                return Err(BadInput(format!("{}: line {line_no}: {e}", path.display())).into());
+            }
+            let last = first + lines.len() as u64 - 1;
+            planner.add_digested(&part.keys, &part.digests, &part.weights).map_err(|e| {
+                BadInput(format!("{}: in the lines up to {last}: {e}", path.display()))
+            })?;
         }
-        line_no += 1;
-        let text = line.trim_end_matches(['\n', '\r']);
-        if text.is_empty() || (line_no == 1 && (text == "key" || text == "key,weight")) {
-            continue;
-        }
-        let (key, weight) = parse_sample_line(text)
-            .map_err(|e| BadInput(format!("{}: line {line_no}: {e}", path.display())))?;
-        keys.push(key);
-        weights.push(weight);
-        if keys.len() == BATCH {
-            flush(planner, &mut keys, &mut weights, path, line_no)?;
-        }
-    }
-    flush(planner, &mut keys, &mut weights, path, line_no)
+        Ok(())
+    })
 }
 
-fn flush(
-    planner: &mut Planner,
-    keys: &mut Vec<String>,
-    weights: &mut Vec<f64>,
-    path: &std::path::Path,
-    line_no: u64,
-) -> anyhow::Result<()> {
-    planner
-        .add_batch(keys, weights)
-        .map_err(|e| BadInput(format!("{}: in the lines up to {line_no}: {e}", path.display())))?;
-    keys.clear();
-    weights.clear();
-    Ok(())
+/// One part of a chunk of sample lines: its keys, weights and routing digests, or the first
+/// line that does not parse.
+#[derive(Default)]
+struct SamplePart {
+    keys: Vec<String>,
+    weights: Vec<f64>,
+    digests: Vec<u64>,
+    error: Option<(u64, String)>,
+}
+
+impl SamplePart {
+    fn parse(&mut self, first_line: u64, lines: &[&str]) {
+        self.keys.clear();
+        self.weights.clear();
+        self.error = None;
+        for (line_no, text) in (first_line..).zip(lines) {
+            if text.is_empty() || (line_no == 1 && (*text == "key" || *text == "key,weight")) {
+                continue;
+            }
+            match parse_sample_line(text) {
+                Ok((key, weight)) => {
+                    self.keys.push(key);
+                    self.weights.push(weight);
+                }
+                Err(e) => {
+                    self.error = Some((line_no, e));
+                    return;
+                }
+            }
+        }
+        digest_many(&self.keys, &mut self.digests);
+    }
 }
