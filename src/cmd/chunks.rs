@@ -6,7 +6,6 @@
 //! consumed in input order, so output order never depends on the threads.
 
 use std::io::{self, Read};
-use std::ops::Range;
 
 use anyhow::Context;
 
@@ -14,8 +13,9 @@ use anyhow::Context;
 /// couple of milliseconds (far more than a thread spawn), small enough to stay in cache.
 pub const CHUNK_BYTES: usize = 1 << 20;
 
-/// Below this many lines a chunk is processed on the calling thread alone.
-pub const PARALLEL_MIN_LINES: usize = 8192;
+/// Below this many bytes (about 10,000 realistic keys) a chunk is processed on the calling
+/// thread alone.
+pub const PARALLEL_MIN_BYTES: usize = 256 << 10;
 
 /// Calls `f(chunk, first_line_number)` for consecutive chunks of whole lines of `input` (the
 /// last line may lack its `\n`). Line numbers count from 1.
@@ -82,18 +82,45 @@ pub fn utf8(chunk: &[u8], first_line: u64) -> Result<&str, (u64, std::str::Utf8E
     })
 }
 
-/// How many parts to cut a chunk of `n` lines into: one per core for large chunks.
-pub fn parts_for(n: usize) -> usize {
-    if n < PARALLEL_MIN_LINES {
+/// How many parts to cut a chunk of `len` bytes into: one per core for large chunks.
+pub fn parts_for(len: usize) -> usize {
+    if len < PARALLEL_MIN_BYTES {
         return 1;
     }
     std::thread::available_parallelism().map_or(1, |p| p.get()).clamp(1, 16)
 }
 
-/// `0..n` cut into `parts` contiguous ranges of nearly equal length, in order.
-pub fn split(n: usize, parts: usize) -> impl Iterator<Item = Range<usize>> {
+/// A part of a chunk: whole lines, and the number of its first line.
+pub struct LinesPart<'a> {
+    /// The bytes of the part's lines, terminators included.
+    pub bytes: &'a [u8],
+    /// The line number (from 1) of its first line.
+    pub first_line: u64,
+}
+
+/// `chunk` (whole lines, numbered from `first_line`) cut at line ends into `parts` parts of
+/// nearly equal size, in order. Cutting and numbering are a vectorised scan for `\n`, so the
+/// serial share of a chunk stays small.
+pub fn split_lines(chunk: &[u8], first_line: u64, parts: usize) -> Vec<LinesPart<'_>> {
     let parts = parts.max(1);
-    (0..parts).map(move |i| (n * i / parts)..(n * (i + 1) / parts))
+    let mut out = Vec::with_capacity(parts);
+    let (mut start, mut line) = (0, first_line);
+    for i in 1..=parts {
+        let end = if i == parts {
+            chunk.len()
+        } else {
+            let target = (chunk.len() * i / parts).max(start);
+            chunk[target..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(chunk.len(), |at| target + at + 1)
+        };
+        let bytes = &chunk[start..end];
+        out.push(LinesPart { bytes, first_line: line });
+        line += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+        start = end;
+    }
+    out
 }
 
 /// Runs `work(i, part_input, part_state)` for every part, the first on the calling thread and
@@ -149,6 +176,10 @@ mod tests {
         assert_eq!(lines("a\r\n\nb\r").collect::<Vec<_>>(), ["a", "", "b\r"]);
         let (line, _) = utf8(b"ok\nfine\n\xff\xfe\n", 10).unwrap_err();
         assert_eq!(line, 12);
-        assert_eq!(split(10, 3).collect::<Vec<_>>(), [0..3, 3..6, 6..10]);
+        let parts = split_lines(b"a\nbb\nccc\ndddd\ne", 5, 3);
+        let got: Vec<(&[u8], u64)> = parts.iter().map(|p| (p.bytes, p.first_line)).collect();
+        assert_eq!(got, [(&b"a\nbb\nccc\n"[..], 5), (&b"dddd\n"[..], 8), (&b"e"[..], 9)]);
+        let one = split_lines(b"x\ny\n", 1, 4);
+        assert_eq!(one.iter().map(|p| p.bytes.len()).sum::<usize>(), 4);
     }
 }

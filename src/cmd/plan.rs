@@ -209,22 +209,15 @@ fn read_sample(path: &std::path::Path, planner: &mut Planner) -> anyhow::Result<
     };
     let mut states: Vec<SamplePart> = Vec::new();
     chunks::for_each_chunk(input, |chunk, first_line| {
-        let text = chunks::utf8(chunk, first_line).map_err(|(line, e)| {
-            BadInput(format!("{}: line {line}: not valid UTF-8 ({e})", path.display()))
-        })?;
-        let lines: Vec<&str> = chunks::lines(text).collect();
-        let parts: Vec<(u64, &[&str])> = chunks::split(lines.len(), chunks::parts_for(lines.len()))
-            .map(|r| (first_line + r.start as u64, &lines[r]))
-            .collect();
+        let parts = chunks::split_lines(chunk, first_line, chunks::parts_for(chunk.len()));
         states.resize_with(parts.len(), SamplePart::default);
-        chunks::run_parts(&parts, &mut states[..parts.len()], |(first, lines), part| {
-            part.parse(*first, lines)
-        });
-        for ((first, lines), part) in parts.iter().zip(&states) {
+        chunks::run_parts(&parts, &mut states[..parts.len()], |lines, part| part.parse(lines));
+        for (lines, part) in parts.iter().zip(&states) {
             if let Some((line_no, e)) = &part.error {
                 return Err(BadInput(format!("{}: line {line_no}: {e}", path.display())).into());
             }
-            let last = first + lines.len() as u64 - 1;
+            let newlines = lines.bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+            let last = lines.first_line + newlines.saturating_sub(1);
             planner.add_digested(&part.keys, &part.digests, &part.weights).map_err(|e| {
                 BadInput(format!("{}: in the lines up to {last}: {e}", path.display()))
             })?;
@@ -244,12 +237,19 @@ struct SamplePart {
 }
 
 impl SamplePart {
-    fn parse(&mut self, first_line: u64, lines: &[&str]) {
+    fn parse(&mut self, lines: &chunks::LinesPart<'_>) {
         self.keys.clear();
         self.weights.clear();
         self.error = None;
-        for (line_no, text) in (first_line..).zip(lines) {
-            if text.is_empty() || (line_no == 1 && (*text == "key" || *text == "key,weight")) {
+        let text = match chunks::utf8(lines.bytes, lines.first_line) {
+            Ok(text) => text,
+            Err((line_no, e)) => {
+                self.error = Some((line_no, format!("not valid UTF-8 ({e})")));
+                return;
+            }
+        };
+        for (line_no, text) in (lines.first_line..).zip(chunks::lines(text)) {
+            if text.is_empty() || (line_no == 1 && (text == "key" || text == "key,weight")) {
                 continue;
             }
             match parse_sample_line(text) {

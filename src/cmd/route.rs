@@ -59,19 +59,21 @@ pub fn run(args: RouteArgs) -> anyhow::Result<()> {
     let format = (!args.stats).then_some(args.format);
     let mut states: Vec<Part> = Vec::new();
     chunks::for_each_chunk(input, |chunk, first_line| {
-        let text = chunks::utf8(chunk, first_line)
-            .map_err(|(line, e)| BadInput(format!("line {line}: key is not valid UTF-8 ({e})")))?;
-        let keys: Vec<&str> = chunks::lines(text).collect();
-        let ranges: Vec<&[&str]> =
-            chunks::split(keys.len(), chunks::parts_for(keys.len())).map(|r| &keys[r]).collect();
-        states.resize_with(ranges.len(), Part::default);
-        chunks::run_parts(&ranges, &mut states[..ranges.len()], |keys, part| {
-            part.route(keys, args.partitions, format)
+        // Every part validates, splits, routes and formats its own lines; only the cut at
+        // line ends and the writes in order are serial.
+        let parts = chunks::split_lines(chunk, first_line, chunks::parts_for(chunk.len()));
+        states.resize_with(parts.len(), Part::default);
+        chunks::run_parts(&parts, &mut states[..parts.len()], |lines, part| {
+            part.route(lines, args.partitions, format)
         });
-        for (keys, part) in ranges.iter().zip(&states) {
+        for (lines, part) in parts.iter().zip(&states) {
+            if let Some((line, e)) = &part.bad_utf8 {
+                return Err(BadInput(format!("line {line}: key is not valid UTF-8 ({e})")).into());
+            }
             match &mut stats {
                 Some(stats) => {
-                    for (key, p) in keys.iter().zip(&part.partitions) {
+                    let text = std::str::from_utf8(lines.bytes).context("validated above")?;
+                    for (key, p) in chunks::lines(text).zip(&part.partitions) {
                         stats.take(key, *p)?;
                     }
                 }
@@ -86,17 +88,34 @@ pub fn run(args: RouteArgs) -> anyhow::Result<()> {
     }
 }
 
-/// One part of a chunk: its partitions and, when printing, its formatted output.
+/// One part of a chunk: its partitions and, when printing, its formatted output; or the first
+/// line that is not UTF-8.
 #[derive(Default)]
 struct Part {
     partitions: Vec<PartitionId>,
     out: Vec<u8>,
+    bad_utf8: Option<(u64, std::str::Utf8Error)>,
 }
 
 impl Part {
-    fn route(&mut self, keys: &[&str], count: PartitionCount, format: Option<Format>) {
-        route_many(keys, count, &mut self.partitions);
+    fn route(
+        &mut self,
+        lines: &chunks::LinesPart<'_>,
+        count: PartitionCount,
+        format: Option<Format>,
+    ) {
         self.out.clear();
+        self.partitions.clear();
+        self.bad_utf8 = None;
+        let text = match chunks::utf8(lines.bytes, lines.first_line) {
+            Ok(text) => text,
+            Err(bad) => {
+                self.bad_utf8 = Some(bad);
+                return;
+            }
+        };
+        let keys: Vec<&str> = chunks::lines(text).collect();
+        route_many(&keys, count, &mut self.partitions);
         let Some(format) = format else { return };
         for (key, p) in keys.iter().zip(&self.partitions) {
             if format == Format::Tsv {
