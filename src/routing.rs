@@ -123,8 +123,8 @@ pub fn partition_for(key: &str, count: PartitionCount) -> PartitionId {
 }
 
 /// Routes every key of `keys` into `out` (cleared first), in order. Gives exactly the answers
-/// of [`partition_for`]; keys of up to one block ([`LANE_KEY_MAX`] bytes) are hashed several at
-/// a time in SIMD lanes (see [`digest_many`]).
+/// of [`partition_for`]; the keys are hashed several at a time in SIMD lanes (see
+/// [`digest_many`]).
 pub fn route_many<K: AsRef<str>>(keys: &[K], count: PartitionCount, out: &mut Vec<PartitionId>) {
     route_many_with(keys, count, out, Lanes::Detect);
 }
@@ -186,8 +186,9 @@ fn lane_params(lanes: Lanes) -> blake2b_simd::Params {
     let mut params = blake2b_simd::Params::new();
     params.hash_length(8);
     if lanes == Lanes::Portable {
-        // blake2b_simd's own switch to its portable code (doc-hidden, kept for its benchmarks);
-        // only the tests' forced-portable runs take this branch.
+        // blake2b_simd's own switch to its portable code (doc-hidden, kept for its benchmarks,
+        // so a minor release could drop it: the build would then fail here, not silently);
+        // only the tests' and the benchmark's forced-portable runs take this branch.
         blake2b_simd::benchmarks::force_portable(&mut params);
     }
     params
