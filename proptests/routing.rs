@@ -3,8 +3,9 @@
 //! random batch sizes), the Python vectors through the batch path, overrides win, and a
 //! chi-square bound on the distribution over random keys.
 //!
-//! The batch properties run 2,000 cases; `KEYORDER_LONG=1` runs 100,000 (about a minute in
-//! release: `KEYORDER_LONG=1 cargo test --release --test prop_routing`), and
+//! The batch properties run 2,000 cases; `KEYORDER_LONG=1` runs 100,000 (3.5 minutes in
+//! release on a busy 2-core machine: `KEYORDER_LONG=1 cargo test --release --test
+//! prop_routing`), and
 //! `KEYORDER_PROPTEST_CASES=N` sets any other number.
 
 use keyorder::routing::{
