@@ -1,8 +1,144 @@
-//! Property tests of routing: determinism, range, single == batch, overrides win, and a
+//! Property tests of routing: determinism, range, batch router == single key (SIMD lanes and
+//! forced portable, keys of every length 0..=300 bytes across the one-block boundary at 128,
+//! random batch sizes), the Python vectors through the batch path, overrides win, and a
 //! chi-square bound on the distribution over random keys.
+//!
+//! The batch properties run 2,000 cases; `KEYORDER_LONG=1` runs 100,000 (3.5 minutes in
+//! release on a busy 2-core machine: `KEYORDER_LONG=1 cargo test --release --test
+//! prop_routing`), and
+//! `KEYORDER_PROPTEST_CASES=N` sets any other number.
 
+use keyorder::routing::{
+    digest_many, digest_many_with, key_digest, route_many_with, Lanes, LANE_KEY_MAX,
+};
 use keyorder::{partition_for, route_many, Overrides, PartitionCount, PartitionId, Router};
 use proptest::prelude::*;
+
+/// Cases of the batch properties: 2,000, or 100,000 with `KEYORDER_LONG=1`, or
+/// `KEYORDER_PROPTEST_CASES`.
+fn batch_cases() -> u32 {
+    if let Some(n) = std::env::var("KEYORDER_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()) {
+        return n;
+    }
+    match std::env::var("KEYORDER_LONG").as_deref() {
+        Ok("1") => 100_000,
+        _ => 2_000,
+    }
+}
+
+/// A key of exactly `len` bytes: the given characters (any Unicode, so 1–4 bytes each) while
+/// they fit, then ASCII filler.
+fn key_of_len(len: usize, chars: &[char]) -> String {
+    let mut key = String::with_capacity(len);
+    for &c in chars {
+        if key.len() + c.len_utf8() > len {
+            break;
+        }
+        key.push(c);
+    }
+    while key.len() < len {
+        key.push(char::from(b'a' + (key.len() % 26) as u8));
+    }
+    key
+}
+
+/// Keys of every length 0..=300 bytes, half of them near the one-block boundary (120..=136).
+fn any_key() -> impl Strategy<Value = String> {
+    let len = prop_oneof![0usize..=300, 120usize..=136, 0usize..=32];
+    (len, prop::collection::vec(any::<char>(), 0..=300))
+        .prop_map(|(len, chars)| key_of_len(len, &chars))
+}
+
+/// Every path of the batch router, SIMD lanes and forced portable, against the single key.
+fn check_batch(keys: &[String], count: PartitionCount) -> Result<(), TestCaseError> {
+    let single: Vec<_> = keys.iter().map(|k| partition_for(k, count)).collect();
+    let digests: Vec<_> = keys.iter().map(|k| key_digest(k)).collect();
+    let mut parts = vec![PartitionId(9999)];
+    let mut ds = vec![7u64];
+    for lanes in [Lanes::Detect, Lanes::Portable] {
+        route_many_with(keys, count, &mut parts, lanes);
+        prop_assert_eq!(&parts, &single, "route_many {:?}", lanes);
+        digest_many_with(keys, &mut ds, lanes);
+        prop_assert_eq!(&ds, &digests, "digest_many {:?}", lanes);
+    }
+    route_many(keys, count, &mut parts);
+    prop_assert_eq!(&parts, &single);
+    digest_many(keys, &mut ds);
+    prop_assert_eq!(&ds, &digests);
+    Ok(())
+}
+
+#[derive(serde::Deserialize)]
+struct Row {
+    key: String,
+    digest: String,
+}
+
+fn vector_rows() -> Vec<Row> {
+    let text = include_str!("../testdata/routing_vectors.jsonl");
+    text.lines().map(|l| serde_json::from_str(l).expect("a vector row")).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(batch_cases()))]
+
+    #[test]
+    fn batch_router_equals_single_key(
+        keys in prop::collection::vec(any_key(), 0..=300),
+        count in count(),
+    ) {
+        check_batch(&keys, count)?;
+    }
+
+    /// Random batches of the Python vectors, in random order (mixed lengths up to 300 bytes),
+    /// through the batch path: each digest is the one hashlib gave.
+    #[test]
+    fn python_vectors_through_random_batches(
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 0..=200),
+    ) {
+        let rows = vector_rows_cached();
+        let keys: Vec<&str> = picks.iter().map(|i| rows[i.index(rows.len())].key.as_str()).collect();
+        for lanes in [Lanes::Detect, Lanes::Portable] {
+            let mut ds = Vec::new();
+            digest_many_with(&keys, &mut ds, lanes);
+            for (i, d) in picks.iter().zip(&ds) {
+                let row = &rows[i.index(rows.len())];
+                prop_assert_eq!(format!("{d:016x}"), row.digest.clone(), "{:?} {:?}", row.key, lanes);
+            }
+        }
+    }
+}
+
+fn vector_rows_cached() -> &'static [Row] {
+    static ROWS: std::sync::OnceLock<Vec<Row>> = std::sync::OnceLock::new();
+    ROWS.get_or_init(vector_rows)
+}
+
+/// Every key length 0..=300 bytes in one batch, ASCII and multi-byte, across the block boundary.
+#[test]
+fn every_length_through_the_batch_path() {
+    let count = PartitionCount::new(1000).expect("valid");
+    for chars in [vec![], "é中😀x".chars().cycle().take(300).collect::<Vec<char>>()] {
+        let keys: Vec<String> = (0..=300).map(|n| key_of_len(n, &chars)).collect();
+        assert!(keys.iter().enumerate().all(|(n, k)| k.len() == n));
+        assert!(keys.iter().any(|k| k.len() == LANE_KEY_MAX));
+        check_batch(&keys, count).expect("batch == single");
+    }
+}
+
+/// All 5,121 Python vectors in one batch, in file order, SIMD on and off.
+#[test]
+fn python_vectors_through_the_batch_path() {
+    let rows = vector_rows();
+    let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    for lanes in [Lanes::Detect, Lanes::Portable] {
+        let mut ds = Vec::new();
+        digest_many_with(&keys, &mut ds, lanes);
+        for (row, d) in rows.iter().zip(&ds) {
+            assert_eq!(format!("{d:016x}"), row.digest, "{:?} {lanes:?}", row.key);
+        }
+    }
+}
 
 fn count() -> impl Strategy<Value = PartitionCount> {
     (1i64..=32767).prop_map(|n| PartitionCount::new(n).expect("in range"))
@@ -16,14 +152,6 @@ proptest! {
         let p = partition_for(&key, count);
         prop_assert!(p.0 < count.get());
         prop_assert_eq!(p, partition_for(&key, count));
-    }
-
-    #[test]
-    fn batch_equals_single(keys in prop::collection::vec(".{0,40}", 0..200), count in count()) {
-        let mut out = Vec::new();
-        route_many(&keys, count, &mut out);
-        let single: Vec<_> = keys.iter().map(|k| partition_for(k, count)).collect();
-        prop_assert_eq!(out, single);
     }
 
     #[test]

@@ -208,7 +208,30 @@ impl Planner {
         }
         let mut digests = std::mem::take(&mut self.digests);
         digest_many(keys, &mut digests);
-        for ((key, &weight), &digest) in keys.iter().zip(weights).zip(&digests) {
+        let added = self.add_digested(keys, &digests, weights);
+        self.digests = digests;
+        added
+    }
+
+    /// [`Planner::add_batch`] for keys whose routing digests the caller computed already
+    /// (with [`digest_many`], for instance on several threads): `digests[i]` must be
+    /// [`key_digest`](crate::routing::key_digest) of `keys[i]`. Batches must still be added in
+    /// input order; a bad weight is refused and nothing of the batch counts.
+    pub fn add_digested<K: AsRef<str>>(
+        &mut self,
+        keys: &[K],
+        digests: &[u64],
+        weights: &[f64],
+    ) -> Result<(), PlanError> {
+        debug_assert_eq!(keys.len(), weights.len(), "one weight per key");
+        debug_assert_eq!(keys.len(), digests.len(), "one digest per key");
+        if let Some(i) = weights.iter().position(|w| !w.is_finite() || *w < 0.0) {
+            return Err(PlanError::BadWeight {
+                key: keys[i].as_ref().to_owned(),
+                weight: weights[i],
+            });
+        }
+        for ((key, &weight), &digest) in keys.iter().zip(weights).zip(digests) {
             let key = key.as_ref();
             let before = self
                 .overrides_from
@@ -220,7 +243,6 @@ impl Planner {
                 .unwrap_or_else(|| partition_of_digest(digest, self.to));
             self.add_one(key, weight, before, after);
         }
-        self.digests = digests;
         Ok(())
     }
 

@@ -12,8 +12,17 @@ fn route(args: &[&str], stdin: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the keyorder binary runs");
-    child.stdin.take().expect("piped").write_all(stdin).expect("write keys");
-    child.wait_with_output().expect("it exits")
+    // Feed stdin from another thread: a large input's output fills the stdout pipe before the
+    // input is written, and both sides would wait on each other.
+    let mut pipe = child.stdin.take().expect("piped");
+    let input = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        // A child that exits early (bad arguments) closes its stdin: not our failure.
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("it exits");
+    feeder.join().expect("the feeder thread");
+    out
 }
 
 fn stdout(o: &Output) -> String {
@@ -86,4 +95,29 @@ fn stats_count_per_partition_and_find_heavy_keys() {
     assert_eq!(cols[3], "whale", "{heavy}");
     let (low, high): (u64, u64) = (cols[0].parse().unwrap(), cols[1].parse().unwrap());
     assert!(low <= 50 && 50 <= high && high - low <= 2, "{heavy}");
+}
+
+/// Several chunks, each split across the cores: the output keeps input order and equals the
+/// single-key routing, and a bad line deep inside is named by its number.
+#[test]
+fn large_inputs_keep_order_across_chunks_and_threads() {
+    let count = keyorder::PartitionCount::new(1000).expect("valid");
+    let keys: Vec<String> = (0..150_000).map(|i| format!("sub_{i:0>20}")).collect();
+    let mut input = keys.join("\n").into_bytes();
+    input.push(b'\n');
+    assert!(input.len() > 3 << 20, "more than three 1 MiB chunks");
+    let out = route(&["--partitions", "1000"], &input);
+    assert!(out.status.success());
+    let expected: String =
+        keys.iter().map(|k| format!("{}\n", keyorder::partition_for(k, count).0)).collect();
+    assert!(stdout(&out) == expected, "output differs from partition_for, in order");
+
+    let mut bad = input.clone();
+    let at = bad.len() - 20 * 27 - 3;
+    let line = bad[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+    bad[at] = 0xff;
+    let out = route(&["--partitions", "4"], &bad);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("line {line}:")), "line {line}: {err}");
 }

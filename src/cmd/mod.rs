@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_http;
+mod chunks;
 pub(crate) mod db;
 mod delivery;
 mod plan;

@@ -2,17 +2,18 @@
 //! live queue is safe to switch.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, Read};
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
 use keyorder::plan::{parse_sample_line, DrainInput, Plan, Planner};
+use keyorder::routing::digest_many;
 use keyorder::{Overrides, PartitionCount};
 
-use super::BadInput;
+use super::{chunks, BadInput};
 
-/// Keys routed per batch.
+/// Keys per batch of the queued-keys sample (`--database` without `--keys`).
 const BATCH: usize = 8192;
 
 #[derive(Debug, Args)]
@@ -209,55 +210,73 @@ fn print(plan: &Plan, verdict: Option<&Verdict>, json: bool) -> anyhow::Result<(
     Ok(())
 }
 
-/// Streams the sample into the planner in batches.
+/// Streams the sample into the planner a chunk of lines at a time: each chunk's lines are
+/// parsed and digested (the batch router) in parts on every core, then added in input order.
 fn read_sample(path: &std::path::Path, planner: &mut Planner) -> anyhow::Result<()> {
-    let input: Box<dyn BufRead> = if path.as_os_str() == "-" {
-        Box::new(BufReader::new(io::stdin().lock()))
+    let input: Box<dyn Read> = if path.as_os_str() == "-" {
+        Box::new(io::stdin().lock())
     } else {
-        let file = File::open(path)
-            .map_err(|e| BadInput(format!("cannot open {}: {e}", path.display())))?;
-        Box::new(BufReader::with_capacity(1 << 20, file))
+        Box::new(
+            File::open(path)
+                .map_err(|e| BadInput(format!("cannot open {}: {e}", path.display())))?,
+        )
     };
-    let mut keys: Vec<String> = Vec::with_capacity(BATCH);
-    let mut weights: Vec<f64> = Vec::with_capacity(BATCH);
-    let mut line = String::new();
-    let mut reader = input;
-    let mut line_no = 0u64;
-    loop {
-        line.clear();
-        let n = reader
-            .read_line(&mut line)
-            .map_err(|e| BadInput(format!("line {}: {e}", line_no + 1)))?;
-        if n == 0 {
-            break;
+    let mut states: Vec<SamplePart> = Vec::new();
+    chunks::for_each_chunk(input, |chunk, first_line| {
+        let parts = chunks::split_lines(chunk, first_line, chunks::parts_for(chunk.len()));
+        states.resize_with(parts.len(), SamplePart::default);
+        chunks::run_parts(&parts, &mut states[..parts.len()], |lines, part| part.parse(lines));
+        for (lines, part) in parts.iter().zip(&states) {
+            if let Some((line_no, e)) = &part.error {
+                return Err(BadInput(format!("{}: line {line_no}: {e}", path.display())).into());
+            }
+            let newlines = lines.bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+            let last = lines.first_line + newlines.saturating_sub(1);
+            planner.add_digested(&part.keys, &part.digests, &part.weights).map_err(|e| {
+                BadInput(format!("{}: in the lines up to {last}: {e}", path.display()))
+            })?;
         }
-        line_no += 1;
-        let text = line.trim_end_matches(['\n', '\r']);
-        if text.is_empty() || (line_no == 1 && (text == "key" || text == "key,weight")) {
-            continue;
-        }
-        let (key, weight) = parse_sample_line(text)
-            .map_err(|e| BadInput(format!("{}: line {line_no}: {e}", path.display())))?;
-        keys.push(key);
-        weights.push(weight);
-        if keys.len() == BATCH {
-            flush(planner, &mut keys, &mut weights, path, line_no)?;
-        }
-    }
-    flush(planner, &mut keys, &mut weights, path, line_no)
+        Ok(())
+    })
 }
 
-fn flush(
-    planner: &mut Planner,
-    keys: &mut Vec<String>,
-    weights: &mut Vec<f64>,
-    path: &std::path::Path,
-    line_no: u64,
-) -> anyhow::Result<()> {
-    planner
-        .add_batch(keys, weights)
-        .map_err(|e| BadInput(format!("{}: in the lines up to {line_no}: {e}", path.display())))?;
-    keys.clear();
-    weights.clear();
-    Ok(())
+/// One part of a chunk of sample lines: its keys, weights and routing digests, or the first
+/// line that does not parse.
+#[derive(Default)]
+struct SamplePart {
+    keys: Vec<String>,
+    weights: Vec<f64>,
+    digests: Vec<u64>,
+    error: Option<(u64, String)>,
+}
+
+impl SamplePart {
+    fn parse(&mut self, lines: &chunks::LinesPart<'_>) {
+        self.keys.clear();
+        self.weights.clear();
+        self.error = None;
+        let text = match chunks::utf8(lines.bytes, lines.first_line) {
+            Ok(text) => text,
+            Err((line_no, e)) => {
+                self.error = Some((line_no, format!("not valid UTF-8 ({e})")));
+                return;
+            }
+        };
+        for (line_no, text) in (lines.first_line..).zip(chunks::lines(text)) {
+            if text.is_empty() || (line_no == 1 && (text == "key" || text == "key,weight")) {
+                continue;
+            }
+            match parse_sample_line(text) {
+                Ok((key, weight)) => {
+                    self.keys.push(key);
+                    self.weights.push(weight);
+                }
+                Err(e) => {
+                    self.error = Some((line_no, e));
+                    return;
+                }
+            }
+        }
+        digest_many(&self.keys, &mut self.digests);
+    }
 }

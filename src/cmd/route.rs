@@ -1,18 +1,17 @@
-//! `keyorder route`: stream keys through the routing function in bounded memory.
+//! `keyorder route`: stream keys through the batch router in bounded memory, a chunk of
+//! lines at a time, each chunk split across the cores, output in input order.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use keyorder::{route_many, PartitionCount, PartitionId};
 
-use super::BadInput;
+use super::{chunks, BadInput};
 
-/// Keys routed per batch: large enough to amortise, small enough to keep memory flat.
-const BATCH: usize = 4096;
 /// Distinct keys tracked for `--stats` heaviest keys (space-saving counters).
 const HEAVY_SLOTS: usize = 1024;
 /// Heaviest keys and partitions printed by `--stats`.
@@ -46,111 +45,107 @@ fn parse_count(text: &str) -> Result<PartitionCount, String> {
 }
 
 pub fn run(args: RouteArgs) -> anyhow::Result<()> {
-    let input: Box<dyn BufRead> = match &args.file {
-        Some(path) => Box::new(BufReader::new(
+    let input: Box<dyn Read> = match &args.file {
+        Some(path) => Box::new(
             File::open(path)
                 .map_err(|e| BadInput(format!("cannot open {}: {e}", path.display())))?,
-        )),
-        None => Box::new(BufReader::new(io::stdin().lock())),
+        ),
+        None => Box::new(io::stdin().lock()),
     };
-    let stdout = io::stdout().lock();
-    let mut sink: Box<dyn Sink> = if args.stats {
-        Box::new(Stats::new(args.partitions, stdout))
-    } else {
-        Box::new(Printer { out: BufWriter::new(stdout), format: args.format })
-    };
-    let mut keys = KeyBatch::default();
-    let mut parts = Vec::with_capacity(BATCH);
-    let mut line = Vec::new();
-    let mut line_no = 0u64;
-    let mut reader = input;
+    let mut stdout = io::stdout().lock();
+    let mut stats = args.stats.then(|| Stats::new(args.partitions, io::stdout()));
+    // Each part of a chunk routes its keys and, unless --stats, formats its output; the parts
+    // are written in order. Buffers are reused from chunk to chunk.
+    let format = (!args.stats).then_some(args.format);
+    let mut states: Vec<Part> = Vec::new();
+    chunks::for_each_chunk(input, |chunk, first_line| {
+        // Every part validates, splits, routes and formats its own lines; only the cut at
+        // line ends and the writes in order are serial.
+        let parts = chunks::split_lines(chunk, first_line, chunks::parts_for(chunk.len()));
+        states.resize_with(parts.len(), Part::default);
+        chunks::run_parts(&parts, &mut states[..parts.len()], |lines, part| {
+            part.route(lines, args.partitions, format)
+        });
+        for (lines, part) in parts.iter().zip(&states) {
+            if let Some((line, e)) = &part.bad_utf8 {
+                return Err(BadInput(format!("line {line}: key is not valid UTF-8 ({e})")).into());
+            }
+            match &mut stats {
+                Some(stats) => {
+                    let text = std::str::from_utf8(lines.bytes).context("validated above")?;
+                    for (key, p) in chunks::lines(text).zip(&part.partitions) {
+                        stats.take(key, *p)?;
+                    }
+                }
+                None => stdout.write_all(&part.out).context("writing output")?,
+            }
+        }
+        Ok(())
+    })?;
+    match &mut stats {
+        Some(stats) => stats.finish(),
+        None => stdout.flush().context("writing output"),
+    }
+}
+
+/// One part of a chunk: its partitions and, when printing, its formatted output; or the first
+/// line that is not UTF-8.
+#[derive(Default)]
+struct Part {
+    partitions: Vec<PartitionId>,
+    out: Vec<u8>,
+    bad_utf8: Option<(u64, std::str::Utf8Error)>,
+}
+
+impl Part {
+    fn route(
+        &mut self,
+        lines: &chunks::LinesPart<'_>,
+        count: PartitionCount,
+        format: Option<Format>,
+    ) {
+        self.out.clear();
+        self.partitions.clear();
+        self.bad_utf8 = None;
+        let text = match chunks::utf8(lines.bytes, lines.first_line) {
+            Ok(text) => text,
+            Err(bad) => {
+                self.bad_utf8 = Some(bad);
+                return;
+            }
+        };
+        let keys: Vec<&str> = chunks::lines(text).collect();
+        route_many(&keys, count, &mut self.partitions);
+        let Some(format) = format else { return };
+        for (key, p) in keys.iter().zip(&self.partitions) {
+            if format == Format::Tsv {
+                self.out.extend_from_slice(key.as_bytes());
+                self.out.push(b'\t');
+            }
+            push_decimal(&mut self.out, p.0);
+            self.out.push(b'\n');
+        }
+    }
+}
+
+/// Appends `n` in decimal (what `{}` prints, without the formatting machinery).
+fn push_decimal(out: &mut Vec<u8>, mut n: u16) {
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
     loop {
-        line.clear();
-        let n = reader.read_until(b'\n', &mut line).context("reading keys")?;
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
         if n == 0 {
             break;
         }
-        line_no += 1;
-        strip_newline(&mut line);
-        let key = std::str::from_utf8(&line)
-            .map_err(|e| BadInput(format!("line {line_no}: key is not valid UTF-8 ({e})")))?;
-        keys.push(key);
-        if keys.len == BATCH {
-            flush(&mut keys, &mut parts, args.partitions, sink.as_mut())?;
-        }
     }
-    flush(&mut keys, &mut parts, args.partitions, sink.as_mut())?;
-    sink.finish()
-}
-
-fn strip_newline(line: &mut Vec<u8>) {
-    if line.last() == Some(&b'\n') {
-        line.pop();
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
-    }
-}
-
-/// A batch of keys whose string buffers are reused from batch to batch.
-#[derive(Default)]
-struct KeyBatch {
-    buffers: Vec<String>,
-    len: usize,
-}
-
-impl KeyBatch {
-    fn push(&mut self, key: &str) {
-        if self.len == self.buffers.len() {
-            self.buffers.push(String::new());
-        }
-        let slot = &mut self.buffers[self.len];
-        slot.clear();
-        slot.push_str(key);
-        self.len += 1;
-    }
-
-    fn keys(&self) -> &[String] {
-        &self.buffers[..self.len]
-    }
-}
-
-fn flush(
-    keys: &mut KeyBatch,
-    parts: &mut Vec<PartitionId>,
-    count: PartitionCount,
-    sink: &mut dyn Sink,
-) -> anyhow::Result<()> {
-    route_many(keys.keys(), count, parts);
-    for (key, p) in keys.keys().iter().zip(parts.iter()) {
-        sink.take(key, *p)?;
-    }
-    keys.len = 0;
-    Ok(())
+    out.extend_from_slice(&digits[at..]);
 }
 
 trait Sink {
     fn take(&mut self, key: &str, partition: PartitionId) -> anyhow::Result<()>;
     fn finish(&mut self) -> anyhow::Result<()>;
-}
-
-struct Printer<W: Write> {
-    out: BufWriter<W>,
-    format: Format,
-}
-
-impl<W: Write> Sink for Printer<W> {
-    fn take(&mut self, key: &str, partition: PartitionId) -> anyhow::Result<()> {
-        match self.format {
-            Format::Plain => writeln!(self.out, "{partition}"),
-            Format::Tsv => writeln!(self.out, "{key}\t{partition}"),
-        }
-        .context("writing output")
-    }
-
-    fn finish(&mut self) -> anyhow::Result<()> {
-        self.out.flush().context("writing output")
-    }
 }
 
 /// Per-partition counts plus space-saving heavy hitters: exact while there are at most

@@ -38,11 +38,11 @@ pub fn render(plan: &Plan, live: Option<&LiveVerdict>) -> String {
         }
         None => page.push_str("<p id=\"verdict\">No live queue was read (give --database for the verdict).</p>\n"),
     }
-    let _ = write!(
+    let _ = writeln!(
         page,
         "<table id=\"figures\"><tr><td>keys in sample</td><td>{}</td></tr><tr><td>total weight</td><td>{:.1}</td></tr>\
          <tr><td>keys that move</td><td id=\"moved\">{} ({})</td></tr><tr><td>modulo predicts</td><td>{}</td></tr>\
-         <tr><td>weight that moves</td><td>{}</td></tr><tr><td>skew (max/mean)</td><td>before {:.3}, after {:.3}</td></tr></table>\n",
+         <tr><td>weight that moves</td><td>{}</td></tr><tr><td>skew (max/mean)</td><td>before {:.3}, after {:.3}</td></tr></table>",
         plan.keys,
         plan.weight,
         plan.moved_keys,
@@ -148,10 +148,10 @@ fn bars(page: &mut String, id: &str, caption: &str, load: &[f64], keys: &[u64], 
         );
     }
     let my = H - mean / top * H + 5.0;
-    let _ = write!(
+    let _ = writeln!(
         page,
         "<line class=\"mean\" x1=\"40\" x2=\"{x2}\" y1=\"{my:.1}\" y2=\"{my:.1}\"/><text class=\"axis\" x=\"0\" y=\"{ty:.1}\">mean</text>\
-         <text class=\"axis\" x=\"40\" y=\"{by}\">p0</text><text class=\"axis\" x=\"{lx:.1}\" y=\"{by}\">p{last}</text></svg>\n",
+         <text class=\"axis\" x=\"40\" y=\"{by}\">p0</text><text class=\"axis\" x=\"{lx:.1}\" y=\"{by}\">p{last}</text></svg>",
         x2 = 40.0 + w * n,
         ty = my + 3.0,
         by = H + 22.0,

@@ -201,9 +201,9 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n",
         t = escape(title)
     );
-    let _ = write!(
+    let _ = writeln!(
         page,
-        "<p id=\"summary\">{} events, {} delivery attempts, {} dead-lettered, {} violation(s)</p>\n",
+        "<p id=\"summary\">{} events, {} delivery attempts, {} dead-lettered, {} violation(s)</p>",
         verdict.events,
         verdict.deliveries,
         verdict.dead_lettered,
