@@ -158,7 +158,11 @@ fn a_database_of_another_schema_version_is_refused() {
     // Checkpoint and leave rollback mode untouched: the snapshot then covers every byte.
     c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
     drop(c);
-    refused(&dir, "q.db", &dir.path("q.db"), "schema version 99, newer than this keyorder's 3");
+    let newer = format!(
+        "schema version 99, newer than this keyorder's {}",
+        keyorder::store::sqlite::schema::SCHEMA_VERSION
+    );
+    refused(&dir, "q.db", &dir.path("q.db"), &newer);
 }
 
 #[test]
