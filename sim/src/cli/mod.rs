@@ -135,3 +135,21 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+/// Reruns `seed` of `scenario` and writes its HTML timeline to `path`.
+fn write_timeline(
+    scenario: &keyorder_sim::Scenario,
+    seed: u64,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let outcome = keyorder_sim::run(scenario, seed, true)?;
+    let history = outcome.history.as_ref().context("the run kept no history")?;
+    let page = keyorder::html::timeline::render(
+        &format!("keyorder-sim seed {seed}"),
+        history,
+        &outcome.verdict,
+    );
+    std::fs::write(path, page)
+        .with_context(|| format!("cannot write the timeline to {}", path.display()))
+}

@@ -24,6 +24,10 @@ pub struct ShrinkArgs {
     /// Save the shrunk case into this folder (as break-NAME.json or proptest-failure.json).
     #[arg(long)]
     save: Option<PathBuf>,
+    /// Do not write the HTML timeline of the shrunk case (NAME.html, beside the saved case or
+    /// in the working folder).
+    #[arg(long)]
+    no_html: bool,
 }
 
 pub fn run(args: ShrinkArgs) -> anyhow::Result<ExitCode> {
@@ -46,6 +50,12 @@ pub fn run(args: ShrinkArgs) -> anyhow::Result<ExitCode> {
     println!("shrunk to {keys} keys, {events} events, {faults} faults (seed {})", found.seed);
     println!("violations: {:?}", found.violated);
     let name = args.broken.map_or("proptest-failure".to_owned(), |b| format!("break-{}", b.name()));
+    if !args.no_html {
+        let dir = args.save.clone().unwrap_or_default();
+        let path = dir.join(format!("{name}.html"));
+        super::write_timeline(&found.scenario, found.seed, &path)?;
+        println!("timeline: {}", path.display());
+    }
     if let Some(dir) = &args.save {
         let path = dir.join(format!("{name}.json"));
         let why = match args.broken {

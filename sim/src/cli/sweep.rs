@@ -26,6 +26,9 @@ pub struct SweepArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Do not write the HTML timeline of the first failing seed.
+    #[arg(long)]
+    no_html: bool,
 }
 
 pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
@@ -64,6 +67,17 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     }
     for seed in &summary.failed_seeds {
         eprintln!("replay: keyorder-sim replay {seed} {}", args.source.flags());
+    }
+    if let (Some(&seed), false) = (summary.failed_seeds.first(), args.no_html) {
+        // The first failure as a picture, beside its replay command (one file: a sweep of a
+        // broken design fails on most seeds).
+        let path = std::path::PathBuf::from(format!("keyorder-sim-seed-{seed}.html"));
+        super::write_timeline(&scenario_for(seed), seed, &path)?;
+        eprintln!(
+            "timeline: {} (keyorder-sim replay {seed} {} --html FILE)",
+            path.display(),
+            args.source.flags()
+        );
     }
     Ok(if summary.failed_seeds.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
