@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Partition counts of the deliverer drains.
     #[arg(long, value_delimiter = ',', default_value = "16")]
     partitions: Vec<i64>,
+    /// Worker loops of the deliverer drains, each on its own thread (as `keyorder work
+    /// --threads`). Default: the machine's cores.
+    #[arg(long, default_value_t = super::workers::default_threads())]
+    loops: usize,
     /// Only the deliverer drains: skip the worker-count and churn measurements.
     #[arg(long)]
     only_delivery: bool,
@@ -156,15 +160,18 @@ async fn deliveries(args: &BenchArgs, c: &mut Client, next: &mut u64) -> anyhow:
             c.batch_execute("TRUNCATE delivery_queue").await?;
             enqueue_routed(c, next, args.events, args.keys, count).await?;
             let store = PgStore::new(&args.db.database, count, PgOptions::default())?;
-            let mut cfg = WorkerConfig::new(format!("bench-{d:?}-{p}"));
-            cfg.delivery_timeout = Duration::from_millis(1000);
-            cfg.rebalance_every = Duration::from_millis(100);
-            cfg.idle_poll = Duration::from_millis(10);
-            let rate = bench_http::bench_delivery(store, args.events, d, cfg).await?;
+            let rate = bench_http::bench_delivery(
+                move || Ok(store.clone()),
+                args.events,
+                d,
+                bench_config(d, p),
+                args.loops,
+            )?;
             noop = noop.or((d == Delivery::Noop).then_some(rate));
             let ratio = noop.map(|n| format!(" ({:.0}% of noop)", rate / n * 100.0));
             println!(
-                "drain, 1 worker, {p} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
+                "drain, {} worker loop(s), {p} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
+                args.loops,
                 ratio.unwrap_or_default()
             );
         }
@@ -258,18 +265,19 @@ fn run_sqlite(args: BenchArgs, path: std::path::PathBuf) -> anyhow::Result<()> {
                 left -= size;
             }
             let options = SqliteOptions::for_delivery_timeout(Duration::from_millis(1000));
-            let mut cfg = WorkerConfig::new(format!("bench-{d:?}-{p}"));
-            cfg.delivery_timeout = Duration::from_millis(1000);
-            cfg.rebalance_every = Duration::from_millis(100);
-            cfg.idle_poll = Duration::from_millis(10);
-            let rate = block_on(async {
-                let store = SqliteStore::new(&path, count, options, clock)?;
-                bench_http::bench_delivery(store, args.events, d, cfg).await
-            })??;
+            let file = path.clone();
+            let rate = bench_http::bench_delivery(
+                move || Ok(SqliteStore::new(&file, count, options, TokioClock::start())?),
+                args.events,
+                d,
+                bench_config(d, p),
+                args.loops,
+            )?;
             noop = noop.or((d == Delivery::Noop).then_some(rate));
             let ratio = noop.map(|n| format!(" ({:.0}% of noop)", rate / n * 100.0));
             println!(
-                "drain, 1 worker, {p} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
+                "drain, {} worker loop(s), {p} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
+                args.loops,
                 ratio.unwrap_or_default()
             );
         }
@@ -371,4 +379,16 @@ async fn drain<S: Store>(
         unreachable!("both marks are set before the loop ends")
     };
     Ok((high - low) as f64 / b.saturating_since(a).as_secs_f64().max(1e-6))
+}
+
+/// The configuration of loop `i` of a deliverer drain.
+fn bench_config(d: Delivery, partitions: i64) -> impl Fn(usize) -> WorkerConfig + Send + Sync {
+    move |i| {
+        let mut cfg = WorkerConfig::new(format!("bench-{d:?}-{partitions}-{i}"));
+        cfg.delivery_timeout = Duration::from_millis(1000);
+        cfg.rebalance_every = Duration::from_millis(100);
+        cfg.idle_poll = Duration::from_millis(10);
+        cfg.start_offset = i as u16;
+        cfg
+    }
 }

@@ -2,8 +2,8 @@
 //! deliverer, or the HTTP deliverer to a loopback [`Receiver`] over plain HTTP or HTTPS, and
 //! report deliveries per second. Generic over the store, so every store can be measured alike.
 
-use std::cell::Cell;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use keyorder::clock::{Clock, TokioClock};
@@ -14,6 +14,7 @@ use keyorder::store::Store;
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionId, Time};
 
+use super::db::block_on;
 use super::receiver::Receiver;
 
 /// What the events are delivered with.
@@ -40,11 +41,11 @@ impl Deliver for Noop {
     }
 }
 
-/// Counts successful deliveries of the deliverer it wraps.
+/// Counts successful deliveries of the deliverer it wraps, across threads.
 #[derive(Clone)]
 struct Counted<D> {
     inner: D,
-    delivered: Rc<Cell<u64>>,
+    delivered: Arc<AtomicU64>,
 }
 
 impl<D: Deliver> Deliver for Counted<D> {
@@ -55,29 +56,32 @@ impl<D: Deliver> Deliver for Counted<D> {
         attempt: u32,
     ) -> Result<(), DeliverError> {
         self.inner.deliver(p, head, attempt).await?;
-        self.delivered.set(self.delivered.get() + 1);
+        self.delivered.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 }
 
-/// Runs one worker over `store`, which holds `events` queued events, until all of them were
-/// delivered with `delivery`; returns deliveries per second between the 10% and 90% marks (so
-/// lease start-up and the last partitions' tails do not count).
-pub(crate) async fn bench_delivery<S: Store>(
-    store: S,
+/// Runs `loops` worker loops, each on its own thread with a store from `make_store`, over
+/// `events` queued events until all of them were delivered with `delivery`; returns
+/// deliveries per second between the 10% and 90% marks (so lease start-up and the last
+/// partitions' tails do not count).
+pub(crate) fn bench_delivery<S: Store>(
+    make_store: impl Fn() -> anyhow::Result<S> + Send + Sync + 'static,
     events: u64,
     delivery: Delivery,
-    config: WorkerConfig,
+    config: impl Fn(usize) -> WorkerConfig + Send + Sync + 'static,
+    loops: usize,
 ) -> anyhow::Result<f64> {
     match delivery {
-        Delivery::Noop => drain(store, events, Noop, config).await,
+        Delivery::Noop => drain(make_store, events, || Ok(Noop), config, loops),
         Delivery::Http | Delivery::Https => {
             let tls = delivery == Delivery::Https;
             let receiver = Receiver::start(tls)?;
             let tls = if tls { Some(Receiver::client_tls()?) } else { None };
             let options = HttpOptions { tls, ..HttpOptions::default() };
-            let http = HttpDeliverer::with_options(Target::parse(&receiver.url())?, options);
-            let rate = drain(store, events, http, config).await?;
+            let target = Target::parse(&receiver.url())?;
+            let make = move || Ok(HttpDeliverer::with_options(target.clone(), options.clone()));
+            let rate = drain(make_store, events, make, config, loops)?;
             anyhow::ensure!(
                 receiver.requests() >= events,
                 "the receiver answered {} requests for {events} deliveries",
@@ -88,42 +92,67 @@ pub(crate) async fn bench_delivery<S: Store>(
     }
 }
 
-async fn drain<S: Store, D: Deliver>(
-    store: S,
+fn drain<S: Store, D: Deliver>(
+    make_store: impl Fn() -> anyhow::Result<S> + Send + Sync + 'static,
     events: u64,
-    deliver: D,
-    config: WorkerConfig,
+    make_deliver: impl Fn() -> anyhow::Result<D> + Send + Sync + 'static,
+    config: impl Fn(usize) -> WorkerConfig + Send + Sync + 'static,
+    loops: usize,
 ) -> anyhow::Result<f64> {
+    let delivered = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let shared = Arc::new((make_store, make_deliver, config));
+    let mut threads = Vec::new();
+    for i in 0..loops.max(1) {
+        let (shared, delivered, mut rx) = (shared.clone(), delivered.clone(), rx.clone());
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let (make_store, make_deliver, config) = &*shared;
+            let (store, inner) = (make_store()?, make_deliver()?);
+            let deliver = Counted { inner, delivered };
+            let stop = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            block_on(worker::run(store, deliver, TokioClock::start(), config(i), stop))?;
+            Ok(())
+        }));
+    }
+    // On a thread of its own too: the caller may be inside a runtime already.
+    let counter = delivered.clone();
+    let measured = std::thread::spawn(move || block_on(watch_progress(&counter, events)))
+        .join()
+        .map_err(|_| anyhow::anyhow!("the bench's progress watch panicked"))?;
+    let _ = tx.send(true);
+    for t in threads {
+        t.join().map_err(|_| anyhow::anyhow!("a bench worker panicked"))??;
+    }
+    measured?
+}
+
+/// Waits until `events` were delivered; the rate between the 10% and 90% marks.
+async fn watch_progress(delivered: &AtomicU64, events: u64) -> anyhow::Result<f64> {
     let clock = TokioClock::start();
-    let delivered = Rc::new(Cell::new(0u64));
-    let deliver = Counted { inner: deliver, delivered: delivered.clone() };
-    let (tx, mut rx) = tokio::sync::watch::channel(false);
-    let stop = async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let worker = tokio::task::spawn_local(worker::run(store, deliver, clock, config, stop));
     let (low, high) = (events / 10, events - events / 10);
     let (mut t_low, mut t_high): (Option<Time>, Option<Time>) = (None, None);
     let (mut last, mut last_at) = (0, clock.now());
-    while delivered.get() < events {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        let (d, now) = (delivered.get(), clock.now());
+    loop {
+        let (d, now) = (delivered.load(Ordering::Relaxed), clock.now());
         if t_low.is_none() && d >= low {
             t_low = Some(now);
         }
         if t_high.is_none() && d >= high {
             t_high = Some(now);
         }
+        if d >= events {
+            break;
+        }
         if d != last {
             (last, last_at) = (d, now);
         }
         if now.saturating_since(last_at) > STALL {
-            let _ = tx.send(true);
             anyhow::bail!("stalled: {d} of {events} delivered, none in the last {STALL:?}");
         }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let _ = tx.send(true);
-    worker.await?;
     let (Some(a), Some(b)) = (t_low, t_high) else {
         unreachable!("both marks are passed before every event is delivered")
     };
