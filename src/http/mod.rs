@@ -152,7 +152,7 @@ impl HttpDeliverer {
         attempt: u32,
     ) -> Result<(), DeliverError> {
         let request = self.request(partition, head, attempt);
-        let mut conn = self.connection().await?;
+        let (mut conn, reused) = self.connection().await?;
         let reply = match conn.send(request).await {
             Ok(reply) => reply,
             Err(mut e) => match e.take_message() {
@@ -161,7 +161,18 @@ impl HttpDeliverer {
                     conn = self.open().await?;
                     conn.send(request).await.map_err(|e| self.failed(e.into_error()))?
                 }
-                None => return Err(self.failed(e.into_error())),
+                None => {
+                    let err = e.into_error();
+                    if !(reused && err.is_incomplete_message()) {
+                        return Err(self.failed(err));
+                    }
+                    // A kept connection the server closed just as it was reused, before any
+                    // answer: send once more on a fresh one (at-least-once: the receiver may
+                    // see the event twice, as after any unanswered attempt).
+                    conn = self.open().await?;
+                    let again = self.request(partition, head, attempt);
+                    conn.send(again).await.map_err(|e| self.failed(e.into_error()))?
+                }
             },
         };
         let (parts, mut body) = reply.into_parts();
@@ -181,14 +192,14 @@ impl HttpDeliverer {
         outcome(parts.status.as_u16(), &parts.headers, too_large, limit)
     }
 
-    /// The kept connection if it still takes requests, else a new one.
-    async fn connection(&mut self) -> Result<Conn, DeliverError> {
+    /// The kept connection if it still takes requests (`true`: reused), else a new one.
+    async fn connection(&mut self) -> Result<(Conn, bool), DeliverError> {
         if let Some(mut conn) = self.conn.take() {
             if conn.ready().await {
-                return Ok(conn);
+                return Ok((conn, true));
             }
         }
-        self.open().await
+        Ok((self.open().await?, false))
     }
 
     async fn open(&self) -> Result<Conn, DeliverError> {
