@@ -167,13 +167,7 @@ async fn deliveries(args: &BenchArgs, c: &mut Client, next: &mut u64) -> anyhow:
                 bench_config(d, p),
                 args.loops,
             )?;
-            noop = noop.or((d == Delivery::Noop).then_some(rate));
-            let ratio = noop.map(|n| format!(" ({:.0}% of noop)", rate / n * 100.0));
-            println!(
-                "drain, {} worker loop(s), {p} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
-                args.loops,
-                ratio.unwrap_or_default()
-            );
+            print_rate(args.loops, p, d, rate, &mut noop);
         }
     }
     c.batch_execute("TRUNCATE delivery_queue").await?;
@@ -273,13 +267,7 @@ fn run_sqlite(args: BenchArgs, path: std::path::PathBuf) -> anyhow::Result<()> {
                 bench_config(d, p),
                 args.loops,
             )?;
-            noop = noop.or((d == Delivery::Noop).then_some(rate));
-            let ratio = noop.map(|n| format!(" ({:.0}% of noop)", rate / n * 100.0));
-            println!(
-                "drain, {} worker loop(s), {p} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
-                args.loops,
-                ratio.unwrap_or_default()
-            );
+            print_rate(args.loops, p, d, rate, &mut noop);
         }
     }
     c.execute_batch("DELETE FROM delivery_queue; DELETE FROM keyorder_lease;")?;
@@ -391,4 +379,14 @@ fn bench_config(d: Delivery, partitions: i64) -> impl Fn(usize) -> WorkerConfig 
         cfg.start_offset = i as u16;
         cfg
     }
+}
+
+/// One deliverer drain's line, with its share of the no-op rate of the same partition count.
+fn print_rate(loops: usize, partitions: i64, d: Delivery, rate: f64, noop: &mut Option<f64>) {
+    *noop = noop.or((d == Delivery::Noop).then_some(rate));
+    let ratio = noop.map(|n| format!(" ({:.0}% of noop)", rate / n * 100.0));
+    println!(
+        "drain, {loops} worker loop(s), {partitions} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
+        ratio.unwrap_or_default()
+    );
 }

@@ -77,23 +77,12 @@ fn sqlite_refusal(path: &std::path::Path, e: StoreError) -> anyhow::Error {
     if user_fixable {
         let detail = match &e {
             StoreError::Refused { reason, .. } => reason.clone(),
-            other => format!("cannot open {}: {}", path.display(), error_chain(other)),
+            other => format!("cannot open {}: {}", path.display(), keyorder::worker::chain(other)),
         };
         BadInput(format!("--database sqlite:{}: {detail}", path.display())).into()
     } else {
         anyhow::Error::new(e).context(format!("opening {}", path.display()))
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 impl Database {
@@ -395,9 +384,9 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             if let Some(ms) = args.lease_expiry_ms {
                 options.lease_expiry = Duration::from_millis(ms);
             }
-            options
-                .validate()
-                .map_err(|e| BadInput(format!("--lease-expiry-ms: {}", error_chain(&e))))?;
+            options.validate().map_err(|e| {
+                BadInput(format!("--lease-expiry-ms: {}", keyorder::worker::chain(&e)))
+            })?;
             // Creates the file (with its schema) on first use; checks it otherwise.
             drop(
                 sqlite::schema::open(&path, OpenMode::Create)

@@ -128,8 +128,8 @@ impl std::fmt::Debug for Observer {
     }
 }
 
-/// An error and its causes on one line.
-fn chain(err: &dyn std::error::Error) -> String {
+/// An error and its causes on one line, `: `-separated.
+pub fn chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(s) = source {
