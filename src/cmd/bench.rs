@@ -382,11 +382,22 @@ fn bench_config(d: Delivery, partitions: i64) -> impl Fn(usize) -> WorkerConfig 
 }
 
 /// One deliverer drain's line, with its share of the no-op rate of the same partition count.
-fn print_rate(loops: usize, partitions: i64, d: Delivery, rate: f64, noop: &mut Option<f64>) {
-    *noop = noop.or((d == Delivery::Noop).then_some(rate));
-    let ratio = noop.map(|n| format!(" ({:.0}% of noop)", rate / n * 100.0));
+fn print_rate(
+    loops: usize,
+    partitions: i64,
+    d: Delivery,
+    rate: bench_http::DrainRate,
+    noop: &mut Option<f64>,
+) {
+    let per_second = rate.per_second;
+    *noop = noop.or((d == Delivery::Noop).then_some(per_second));
+    let ratio = noop.map(|n| format!(" ({:.0}% of noop)", per_second / n * 100.0));
+    let cpu = rate
+        .cpu_per_delivery
+        .map(|c| format!(", {:.1} µs CPU per delivery", c.as_secs_f64() * 1e6));
     println!(
-        "drain, {loops} worker loop(s), {partitions} partitions, deliver {d:?}: {rate:.0} deliveries/s{}",
-        ratio.unwrap_or_default()
+        "drain, {loops} worker loop(s), {partitions} partitions, deliver {d:?}: {per_second:.0} deliveries/s{}{}",
+        ratio.unwrap_or_default(),
+        cpu.unwrap_or_default()
     );
 }

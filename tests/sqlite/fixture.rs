@@ -164,3 +164,35 @@ fn leases_expire_unrenewed_and_renewal_keeps_them() {
         ));
     });
 }
+
+/// The leases of one connection flush their acknowledgements together, each under its own
+/// fence: a flush run by a live lease deletes its own rows, leaves a lost lease's rows queued
+/// for the next holder, and the lost lease is refused at its next call.
+#[test]
+fn a_shared_flush_deletes_only_the_rows_of_leases_still_held() {
+    block_on(async {
+        use keyorder::store::{LeaseSession, Store, StoreError};
+        let fx = SqliteFixture::new("shared-flush");
+        let (k0, k1) = (conformance::key_on(0, 0), conformance::key_on(1, 0));
+        fx.enqueue(&[conformance::event("a0", &k0), conformance::event("b0", &k1)]).await;
+        let mut o = options();
+        // Only the count triggers a flush here: one row each, flushed by the second ack.
+        (o.ack_batch, o.ack_delay) = (2, Duration::from_secs(60));
+        let s = SqliteStore::new(&fx.file, count(), o, TokioClock::start()).unwrap();
+        let mut lost = s.acquire(PartitionId(0)).await.unwrap().unwrap();
+        let mut live = s.acquire(PartitionId(1)).await.unwrap().unwrap();
+        let a = lost.fetch_head().await.unwrap().expect("a0 queued");
+        let b = live.fetch_head().await.unwrap().expect("b0 queued");
+        lost.ack(a.seq).await.unwrap();
+        assert_eq!(fx.queued().await.len(), 2, "one ack is below the batch: nothing deleted yet");
+        fx.break_lease(PartitionId(0)).await;
+        live.ack(b.seq).await.expect("the live lease's flush succeeds");
+        assert_eq!(
+            fx.queued().await,
+            vec![(a.seq.0, 0)],
+            "the live lease's row is deleted, the lost lease's row stays queued"
+        );
+        assert!(matches!(lost.fetch_head().await, Err(StoreError::LeaseNotHeld { .. })));
+        assert!(matches!(lost.ack(a.seq).await, Err(StoreError::LeaseNotHeld { .. })));
+    });
+}

@@ -29,10 +29,11 @@
 //!   take the partition. What no lease can prevent: a process paused (SIGSTOP, a VM freeze)
 //!   between the head read and the send sends that one event late, a duplicate; its
 //!   acknowledgement is then refused.
-//! * **Acknowledgements** are deleted in batches of at most `ack_batch` rows or `ack_delay`
-//!   old (and whenever the partition runs empty), each batch fenced like any other write: a
-//!   lost lease acknowledges nothing, and its unflushed rows are delivered again by the next
-//!   holder. Heads are read after the last acknowledged seq: SQLite serialises writers, so seq
+//! * **Acknowledgements** of all the leases on a connection are buffered together and deleted
+//!   in one transaction once `ack_batch` rows are buffered or the oldest is `ack_delay` old
+//!   (and whenever a partition runs empty or writes anything else): each lease's rows only
+//!   after its own fenced renewal in that transaction (see `acks`). A lost lease acknowledges
+//!   nothing, and its unflushed rows are delivered again by the next holder. Heads are read after the last acknowledged seq: SQLite serialises writers, so seq
 //!   order is commit order and no row can commit behind it.
 //! * **Membership.** `keyorder_member` has a row per connected worker session, renewed every
 //!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
@@ -53,15 +54,17 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::clock::{Clock, TokioClock};
-use crate::ids::{Epoch, PartitionId, Seq, Time};
+use crate::ids::{Epoch, PartitionId, Seq};
 use crate::migrate::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
 use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
 
+mod acks;
 mod conn;
 pub mod queue;
 pub mod schema;
 
+use acks::AckBuffer;
 use conn::{Conn, Tick};
 
 /// Tuning of the SQLite store.
@@ -150,6 +153,8 @@ impl std::fmt::Debug for SqliteStore {
 struct Shared {
     conn: RefCell<Option<Rc<Conn>>>,
     registry: Arc<Mutex<Registry>>,
+    /// The acknowledgements of every lease on the connection.
+    acks: Rc<RefCell<AckBuffer>>,
 }
 
 /// The leases and membership rows the connection's timer renews.
@@ -186,7 +191,11 @@ impl SqliteStore {
         clock: TokioClock,
     ) -> Result<Self, StoreError> {
         options.validate()?;
-        let shared = Rc::new(Shared { conn: RefCell::new(None), registry: Arc::default() });
+        let shared = Rc::new(Shared {
+            conn: RefCell::new(None),
+            registry: Arc::default(),
+            acks: Rc::default(),
+        });
         Ok(Self { path: path.into(), count, options, clock, shared })
     }
 
@@ -280,8 +289,7 @@ impl Store for SqliteStore {
             options: self.options,
             registry: self.shared.registry.clone(),
             cursor: 0,
-            acks: Vec::new(),
-            oldest_ack: None,
+            acks: self.shared.acks.clone(),
         }))
     }
 }
@@ -412,6 +420,10 @@ impl Fence {
         i64::from(self.partition.0)
     }
 
+    fn key(&self) -> acks::LeaseKey {
+        (self.partition.0, self.epoch.0)
+    }
+
     fn not_held(&self) -> StoreError {
         StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch }
     }
@@ -484,9 +496,8 @@ pub struct SqliteLease {
     options: SqliteOptions,
     /// The last acknowledged (or dead-lettered) seq: heads are read after it.
     cursor: i64,
-    /// Acknowledged seqs not yet deleted.
-    acks: Vec<i64>,
-    oldest_ack: Option<Time>,
+    /// Acknowledged seqs not yet deleted, of every lease on the connection.
+    acks: Rc<RefCell<AckBuffer>>,
 }
 
 /// The lease check and the head in one statement: whether the lease (this partition, holder,
@@ -506,50 +517,86 @@ const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
 
 const DELETE_SQL: &str = "DELETE FROM delivery_queue WHERE partition = ?1 AND seq = ?2";
 
-fn delete_acks(c: &Connection, p: i64, acks: &[i64]) -> Result<(), StoreError> {
-    let mut del = c.prepare_cached(DELETE_SQL)?;
-    for seq in acks {
-        del.execute([p, *seq])?;
-    }
-    Ok(())
-}
-
 impl SqliteLease {
     fn p(&self) -> i64 {
         self.fence.p()
     }
 
-    /// Runs a fenced write transaction on the connection's thread, after deleting the buffered
-    /// acknowledgements in it.
+    /// Fails when a flush run by another lease found this one lost.
+    fn check_held(&self) -> Result<(), StoreError> {
+        if self.acks.borrow().is_lost(self.fence.key()) {
+            return Err(self.fence.not_held());
+        }
+        Ok(())
+    }
+
+    /// Runs `f` in a fenced write transaction on the connection's thread (`None`: no write of
+    /// this lease's own), after deleting every buffered acknowledgement of the connection in
+    /// the same transaction.
     async fn write<T: Send + 'static>(
         &mut self,
-        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let acks = std::mem::take(&mut self.acks);
-        self.oldest_ack = None;
-        let (fence, p) = (self.fence.clone(), self.p());
-        self.conn
+        f: Option<impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static>,
+    ) -> Result<Option<T>, StoreError> {
+        self.check_held()?;
+        let batch = self.acks.borrow_mut().take();
+        let sent = batch.clone();
+        let fence = self.fence.clone();
+        let outcome = self
+            .conn
             .call(move |c| {
-                fence.write(c, |tx| {
-                    delete_acks(tx, p, &acks)?;
-                    f(tx)
-                })
+                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let lost = acks::delete_batch(&tx, &sent)?;
+                let out = match f {
+                    None => None,
+                    Some(f) => match fence.renew(&tx) {
+                        Ok(()) => Some(f(&tx)?),
+                        // Lost: the other leases' deletes still commit.
+                        Err(StoreError::LeaseNotHeld { .. }) => None,
+                        Err(other) => return Err(other),
+                    },
+                };
+                tx.commit()?;
+                Ok((lost, out))
             })
-            .await
+            .await;
+        match outcome {
+            Ok((lost, out)) => {
+                self.acks.borrow_mut().mark_lost(lost);
+                self.check_held()?;
+                Ok(out)
+            }
+            Err(err) => {
+                self.acks.borrow_mut().restore(batch, self.clock.now());
+                Err(err)
+            }
+        }
     }
 
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
-        if self.acks.is_empty() {
-            return Ok(());
+        if self.acks.borrow().is_empty() {
+            return self.check_held();
         }
-        self.write(|_| Ok(())).await
+        self.write(None::<fn(&Connection) -> Result<(), StoreError>>).await.map(drop)
+    }
+
+    /// Runs `f` in a fenced write transaction (with the buffered acknowledgements): refused
+    /// when the lease is not held.
+    async fn write_own<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        match self.write(Some(f)).await? {
+            Some(out) => Ok(out),
+            None => Err(self.fence.not_held()),
+        }
     }
 }
 
 impl Drop for SqliteLease {
     fn drop(&mut self) {
         // No more renewals: unreleased, the lease expires by itself.
-        registry(&self.registry).leases.remove(&(self.fence.partition.0, self.fence.epoch.0));
+        registry(&self.registry).leases.remove(&self.fence.key());
+        self.acks.borrow_mut().forget(self.fence.key());
     }
 }
 
@@ -567,6 +614,7 @@ impl LeaseSession for SqliteLease {
     }
 
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+        self.check_held()?;
         let (fence, cursor) = (self.fence.clone(), self.cursor);
         let head = self.conn.call(move |c| fence.read_head(c, cursor)).await?;
         if head.is_none() {
@@ -577,13 +625,15 @@ impl LeaseSession for SqliteLease {
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
-        self.acks.push(seq.0);
-        self.cursor = self.cursor.max(seq.0);
+        self.check_held()?;
         let now = self.clock.now();
-        let oldest = *self.oldest_ack.get_or_insert(now);
-        if self.acks.len() >= self.options.ack_batch
-            || now.saturating_since(oldest) >= self.options.ack_delay
-        {
+        let due = {
+            let mut acks = self.acks.borrow_mut();
+            acks.push(&self.fence, seq.0, now);
+            acks.due(now, self.options.ack_batch, self.options.ack_delay)
+        };
+        self.cursor = self.cursor.max(seq.0);
+        if due {
             self.flush_acks().await?;
         }
         Ok(())
@@ -597,7 +647,7 @@ impl LeaseSession for SqliteLease {
         error: &str,
     ) -> Result<(), StoreError> {
         let (p, error, wait) = (self.p(), error.to_owned(), secs(retry_in));
-        self.write(move |c| {
+        self.write_own(move |c| {
             c.prepare_cached(
                 "UPDATE delivery_queue
                  SET attempts = ?3, not_before = unixepoch('subsec') + ?4, last_error = ?5
@@ -617,7 +667,7 @@ impl LeaseSession for SqliteLease {
     ) -> Result<(), StoreError> {
         let (p, reason) = (self.p(), reason.to_owned());
         // One transaction: the row leaves the queue and enters the DLQ together or not at all.
-        self.write(move |c| {
+        self.write_own(move |c| {
             c.prepare_cached(
                 "INSERT INTO delivery_dlq (seq, partition, partition_key, event_id, payload, attempts, enqueued_at, reason)
                  SELECT seq, partition, partition_key, event_id, payload, ?3, enqueued_at, ?4
@@ -637,7 +687,7 @@ impl LeaseSession for SqliteLease {
         let fence = self.fence.clone();
         // The last acknowledgements and the hand-back in one fenced transaction: a lease that
         // ran out acknowledges nothing and records nothing.
-        self.write(move |c| {
+        self.write_own(move |c| {
             c.execute(
                 "UPDATE keyorder_lease SET holder = NULL, expires_at = 0, clean = ?4
                  WHERE partition = ?1 AND holder = ?2 AND epoch = ?3",
