@@ -176,15 +176,16 @@ fn a_shared_flush_deletes_only_the_rows_of_leases_still_held() {
         let (k0, k1) = (conformance::key_on(0, 0), conformance::key_on(1, 0));
         fx.enqueue(&[conformance::event("a0", &k0), conformance::event("b0", &k1)]).await;
         let mut o = options();
-        // Only the count triggers a flush here: one row each, flushed by the second ack.
-        (o.ack_batch, o.ack_delay) = (2, Duration::from_secs(60));
+        // Only age triggers a flush here: the first ack waits, the second (later) flushes both.
+        o.ack_delay = Duration::from_millis(200);
         let s = SqliteStore::new(&fx.file, count(), o, TokioClock::start()).unwrap();
         let mut lost = s.acquire(PartitionId(0)).await.unwrap().unwrap();
         let mut live = s.acquire(PartitionId(1)).await.unwrap().unwrap();
         let a = lost.fetch_head().await.unwrap().expect("a0 queued");
         let b = live.fetch_head().await.unwrap().expect("b0 queued");
         lost.ack(a.seq).await.unwrap();
-        assert_eq!(fx.queued().await.len(), 2, "one ack is below the batch: nothing deleted yet");
+        assert_eq!(fx.queued().await.len(), 2, "one fresh ack: nothing deleted yet");
+        tokio::time::sleep(Duration::from_millis(250)).await;
         fx.break_lease(PartitionId(0)).await;
         live.ack(b.seq).await.expect("the live lease's flush succeeds");
         assert_eq!(

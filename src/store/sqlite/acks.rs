@@ -144,14 +144,22 @@ mod tests {
     }
 
     #[test]
-    fn due_by_count_or_by_age_of_the_oldest_row() {
+    fn due_by_age_of_the_oldest_row_or_by_count_of_at_least_rows_per_lease() {
+        let delay = Duration::from_millis(50);
         let mut b = AckBuffer::default();
-        assert!(!b.due(at(0), 2, Duration::from_millis(50)));
+        assert!(!b.due(at(0), 2, delay));
         b.push(&fence(0, 1), 1, at(0));
-        assert!(!b.due(at(49), 2, Duration::from_millis(50)));
-        assert!(b.due(at(50), 2, Duration::from_millis(50)));
-        b.push(&fence(1, 2), 2, at(10));
-        assert!(b.due(at(10), 2, Duration::from_millis(50)));
+        assert!(!b.due(at(49), 2, delay));
+        assert!(b.due(at(50), 2, delay));
+        b.push(&fence(0, 1), 2, at(10));
+        assert!(!b.due(at(10), 2, delay), "one lease: at least ROWS_PER_LEASE rows");
+        for seq in 3..=ROWS_PER_LEASE as i64 {
+            b.push(&fence(0, 1), seq, at(10));
+        }
+        assert!(b.due(at(10), 2, delay));
+        assert!(!b.due(at(10), ROWS_PER_LEASE + 1, delay), "a larger batch is the larger bound");
+        b.push(&fence(1, 2), 100, at(10));
+        assert!(!b.due(at(10), 2, delay), "two leases: twice as many");
     }
 
     #[test]
