@@ -125,9 +125,11 @@ fn drain<S: Store, D: Deliver>(
     let delivered = Arc::new(AtomicU64::new(0));
     let (tx, rx) = tokio::sync::watch::channel(false);
     let shared = Arc::new((make_store, make_deliver, config));
+    let meet = worker::StartTogether::new(loops.max(1));
     let mut threads = Vec::new();
     for i in 0..loops.max(1) {
         let (shared, delivered, mut rx) = (shared.clone(), delivered.clone(), rx.clone());
+        let meet = meet.clone();
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let (make_store, make_deliver, config) = &*shared;
             let (store, inner) = (make_store()?, make_deliver()?);
@@ -135,7 +137,9 @@ fn drain<S: Store, D: Deliver>(
             let stop = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            block_on(worker::run(store, deliver, TokioClock::start(), config(i), stop))?;
+            let mut config = config(i);
+            config.start_together = Some(meet);
+            block_on(worker::run(store, deliver, TokioClock::start(), config, stop))?;
             Ok(())
         }));
     }

@@ -7,7 +7,7 @@ use anyhow::Context;
 use keyorder::clock::TokioClock;
 use keyorder::deliver::Deliver;
 use keyorder::store::Store;
-use keyorder::worker::{self, WorkerConfig, WorkerReport};
+use keyorder::worker::{self, StartTogether, WorkerConfig, WorkerReport};
 use tokio::sync::watch;
 
 use super::db::block_on;
@@ -46,9 +46,10 @@ where
     let threads = threads.max(1);
     let (stop_tx, stop_rx) = watch::channel(false);
     let make = std::sync::Arc::new(make);
+    let meet = StartTogether::new(threads);
     let mut handles = Vec::with_capacity(threads);
     for index in 0..threads {
-        let make = make.clone();
+        let (make, meet) = (make.clone(), meet.clone());
         let mut stop = stop_rx.clone();
         let handle = std::thread::Builder::new()
             .name(format!("worker-{index}"))
@@ -57,6 +58,7 @@ where
                 config.name = loop_name(&config.name, index, threads);
                 config.start_offset = config.start_offset.wrapping_add(index as u16);
                 config.rng_seed ^= (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                config.start_together = Some(meet);
                 block_on(async move {
                     let stopped = async move {
                         // A dropped sender (the main thread failed) stops the loop as well.

@@ -57,6 +57,32 @@ pub struct WorkerConfig {
     pub takeover_delay: Option<Duration>,
     /// Where lease changes and store failures are reported, if anywhere.
     pub observer: Option<Observer>,
+    /// Loops of one process started together (`keyorder work --threads N`): each waits here
+    /// once, after its membership is registered and before its first rebalance, so the
+    /// first loop up does not lease every partition only to hand most of them back.
+    pub start_together: Option<StartTogether>,
+}
+
+/// A meeting point of worker loops that start together; see
+/// [`WorkerConfig::start_together`]. A loop that does not arrive within
+/// [`StartTogether::WAIT`] (its store is unreachable) is not waited for any longer.
+#[derive(Clone)]
+pub struct StartTogether(std::sync::Arc<tokio::sync::Barrier>);
+
+impl StartTogether {
+    /// The longest a loop waits for the others.
+    pub const WAIT: Duration = Duration::from_secs(2);
+
+    /// A meeting point of `loops` loops.
+    pub fn new(loops: usize) -> Self {
+        Self(std::sync::Arc::new(tokio::sync::Barrier::new(loops.max(1))))
+    }
+}
+
+impl std::fmt::Debug for StartTogether {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StartTogether")
+    }
 }
 
 impl WorkerConfig {
@@ -73,6 +99,7 @@ impl WorkerConfig {
             start_offset: 0,
             takeover_delay: None,
             observer: None,
+            start_together: None,
         }
     }
 }
@@ -207,6 +234,10 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
             Some(session) => session,
             None => control.insert(self.store.connect(&self.config.name).await?),
         };
+        if let Some(meet) = self.config.start_together.take() {
+            // Registered: wait for the other loops to be, then share the partitions.
+            let _ = tokio::time::timeout(StartTogether::WAIT, meet.0.wait()).await;
+        }
         let count = session.partition_count().await?;
         let live = session.live_workers().await?;
         let running: std::collections::BTreeSet<PartitionId> =
