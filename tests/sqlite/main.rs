@@ -12,3 +12,4 @@ mod cli;
 mod endpoints;
 mod fixture;
 mod sigstop;
+mod threads;
