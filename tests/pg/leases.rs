@@ -202,3 +202,54 @@ fn an_upgraded_database_starts_every_partition_unclean() {
         assert_eq!(lease.handover(), Handover::Unclean);
     });
 }
+
+/// A lost race for a partition costs a round trip, not a backend: the connection of a failed
+/// try is kept and reused by the next, so five failed tries leave one extra session, and the
+/// lease taken after them runs on that same backend.
+#[test]
+fn failed_lease_tries_reuse_one_connection() {
+    let Some(pg) = PgServer::start("failed_tries_reuse") else { return };
+    let url = pg.create_db("spares");
+    block_on(async {
+        let c = migrated(&url).await;
+        let sessions = || async {
+            let row = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()",
+                    &[],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0)
+        };
+        let a = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let b = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let held = a.acquire(PartitionId(0)).await.unwrap().expect("free partition");
+        let before = sessions().await;
+        for _ in 0..5 {
+            assert!(b.acquire(PartitionId(0)).await.unwrap().is_none(), "held by a");
+        }
+        assert_eq!(sessions().await, before + 1, "one spare connection, reused by every try");
+        let spare_pid: i32 = c
+            .query_one(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+                 AND pid <> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        held.release(Handover::Clean).await.unwrap();
+        let _lease = b.acquire(PartitionId(0)).await.unwrap().expect("released");
+        let holder: i32 = c
+            .query_one(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 4711
+                 AND objid = 0 AND objsubid = 2 AND granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(holder, spare_pid, "the lease runs on the spare connection");
+    });
+}

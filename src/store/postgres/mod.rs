@@ -19,7 +19,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::clock::{Clock, TokioClock};
 use crate::ids::{Epoch, PartitionId, Seq, Time};
@@ -57,14 +57,42 @@ impl Default for PgOptions {
     }
 }
 
-/// A handle that opens sessions to one database. Cheap to clone.
-#[derive(Clone, Debug)]
+/// A handle that opens sessions to one database. Cheap to clone; a clone keeps its own spare
+/// connections (a worker loop's, on its own runtime).
+#[derive(Debug)]
 pub struct PgStore {
     config: Config,
     count: PartitionCount,
     options: PgOptions,
     clock: TokioClock,
+    /// Connections whose lease try failed, kept for the next try: a worker that loses a race
+    /// for a partition costs the server a round trip, not a new backend.
+    spare: std::sync::Mutex<Vec<Client>>,
 }
+
+impl Clone for PgStore {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            count: self.count,
+            options: self.options,
+            clock: self.clock,
+            // A connection is driven by the runtime that opened it: never hand one to a clone
+            // that may run on another.
+            spare: Default::default(),
+        }
+    }
+}
+
+impl PgStore {
+    fn spares(&self) -> std::sync::MutexGuard<'_, Vec<Client>> {
+        // Plain data: still usable after a panic elsewhere.
+        self.spare.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The most spare connections a store handle keeps.
+const MAX_SPARE: usize = 2;
 
 /// Opens one connection and drives it on the current runtime.
 pub async fn connect(config: &Config) -> Result<Client, StoreError> {
@@ -87,7 +115,7 @@ impl PgStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
-        Ok(Self { config, count, options, clock: TokioClock::start() })
+        Ok(Self { config, count, options, clock: TokioClock::start(), spare: Default::default() })
     }
 
     /// The connection configuration.
@@ -116,12 +144,23 @@ impl Store for PgStore {
     }
 
     async fn acquire(&self, partition: PartitionId) -> Result<Option<PgLease>, StoreError> {
-        let client = connect(&self.config).await?;
+        // A spare connection holds no lock (its try failed), so it is as good as a new one;
+        // one the server closed meanwhile fails its first statement below, like a new one
+        // that broke.
+        let spare = self.spares().pop().filter(|c| !c.is_closed());
+        let client = match spare {
+            Some(c) => c,
+            None => connect(&self.config).await?,
+        };
         let p = i32::from(partition.0);
         let row = client
             .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LEASE_NAMESPACE, &p])
             .await?;
         if !row.get::<_, bool>(0) {
+            let mut spare = self.spares();
+            if spare.len() < MAX_SPARE {
+                spare.push(client);
+            }
             return Ok(None);
         }
         // Under the lock: take the next epoch, read how the last holder left, and mark the
@@ -156,6 +195,7 @@ impl Store for PgStore {
             heard_at: now,
             full_scan_at: now,
             held: false,
+            prepared: None,
         }))
     }
 }
@@ -202,6 +242,19 @@ pub struct PgLease {
     full_scan_at: Time,
     /// The head read last was held by the barrier: read it again next time.
     held: bool,
+    /// The statements every delivery path runs, prepared once per lease (parsed and planned
+    /// once by the server, not at every call).
+    prepared: Option<Prepared>,
+}
+
+/// The hot statements of a lease's session.
+struct Prepared {
+    /// `HEAD_COLUMNS` of up to `$3` rows after seq `$2` of partition `$1`.
+    read_ahead: Statement,
+    /// Deletes the acknowledged seqs `$2` of partition `$1`.
+    delete_acks: Statement,
+    /// Proves the session alive.
+    ping: Statement,
 }
 
 /// The head columns, and whether the online repartition's per-key barrier holds the row (an
@@ -217,17 +270,32 @@ impl PgLease {
         self.partition.0 as i16
     }
 
+    /// The prepared hot statements, prepared on first use.
+    async fn prepared(&mut self) -> Result<&Prepared, StoreError> {
+        if self.prepared.is_none() {
+            let read_ahead = format!(
+                "SELECT {HEAD_COLUMNS} FROM delivery_queue q WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+            );
+            let prepared = Prepared {
+                read_ahead: self.client.prepare(&read_ahead).await?,
+                delete_acks: self
+                    .client
+                    .prepare("DELETE FROM delivery_queue WHERE partition = $1 AND seq = ANY($2)")
+                    .await?,
+                ping: self.client.prepare("SELECT 1").await?,
+            };
+            self.prepared = Some(prepared);
+        }
+        Ok(self.prepared.as_ref().expect("prepared just above"))
+    }
+
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
         if self.acks.is_empty() {
             return Ok(());
         }
         let seqs = std::mem::take(&mut self.acks);
-        self.client
-            .execute(
-                "DELETE FROM delivery_queue WHERE partition = $1 AND seq = ANY($2)",
-                &[&self.p(), &seqs],
-            )
-            .await?;
+        let delete = self.prepared().await?.delete_acks.clone();
+        self.client.execute(&delete, &[&self.p(), &seqs]).await?;
         self.oldest_ack = None;
         self.heard();
         Ok(())
@@ -238,10 +306,8 @@ impl PgLease {
     }
 
     async fn read_ahead(&mut self, from: i64) -> Result<(), StoreError> {
-        let sql = format!(
-            "SELECT {HEAD_COLUMNS} FROM delivery_queue q WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-        );
-        let rows = self.client.query(&sql, &[&self.p(), &from, &self.options.read_ahead]).await?;
+        let read = self.prepared().await?.read_ahead.clone();
+        let rows = self.client.query(&read, &[&self.p(), &from, &self.options.read_ahead]).await?;
         self.heard();
         self.ahead.clear();
         self.held = false;
@@ -295,7 +361,8 @@ impl LeaseSession for PgLease {
             // partition slower than one delivery per `ack_delay` keeps its read-ahead.
             if now.saturating_since(self.heard_at) >= self.options.ack_delay {
                 if self.acks.is_empty() {
-                    self.client.execute("SELECT 1", &[]).await?;
+                    let ping = self.prepared().await?.ping.clone();
+                    self.client.execute(&ping, &[]).await?;
                     self.heard();
                 } else {
                     self.flush_acks().await?;
