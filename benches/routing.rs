@@ -5,8 +5,11 @@
 //! * `simd-per-key`: `blake2b_simd::Params::hash` one key at a time;
 //! * `simd-many`: `blake2b_simd::many::hash_many` over every key, 64 jobs a call, no split by
 //!   length;
-//! * `batch`: the batch router [`route_many`] (short keys in lanes, long keys one at a time);
-//! * `batch-portable`: the same router with SIMD forced off.
+//! * `batch`: the batch router [`route_many`]: keys of one block (at most 128 bytes) through its
+//!   own compression specialised for routing's parameter block, four at a time in AVX2 lanes;
+//!   longer keys through `blake2b_simd::many`;
+//! * `batch-portable`: the same router with SIMD forced off (the specialised compression one
+//!   key at a time in portable code; `blake2b_simd`'s portable code for longer keys).
 //!
 //! The machine this runs on is shared, so the benchmark measures the *CPU time of the
 //! benchmarking thread* (`/proc/thread-self/schedstat`, Linux), not wall time: time the thread
@@ -100,6 +103,7 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
         ("200-byte", keys(|_| 200, "")),
     ];
     let params = params();
+    eprintln!("one-block keys: {}", keyorder::routing::one_block_backend(Lanes::Detect));
     let mut group = c.benchmark_group("routing");
     group.sample_size(10);
     group.throughput(Throughput::Elements(KEYS as u64));

@@ -1,6 +1,7 @@
-//! Property tests of routing: determinism, range, batch router == single key (SIMD lanes and
-//! forced portable, keys of every length 0..=300 bytes across the one-block boundary at 128,
-//! random batch sizes), the Python vectors through the batch path, overrides win, and a
+//! Property tests of routing: determinism, range, batch router == single key (AVX2 lanes where
+//! the CPU has them, and SIMD forced off: the portable one-block compression; keys of every
+//! length 0..=300 bytes across the one-block boundary at 128, random batch sizes, into a `Vec`
+//! and into a caller's slice), the Python vectors through the batch path, overrides win, and a
 //! chi-square bound on the distribution over random keys.
 //!
 //! The batch properties run 2,000 cases; `KEYORDER_LONG=1` runs 100,000 (3.5 minutes in
@@ -9,7 +10,8 @@
 //! `KEYORDER_PROPTEST_CASES=N` sets any other number.
 
 use keyorder::routing::{
-    digest_many, digest_many_with, key_digest, route_many_with, Lanes, LANE_KEY_MAX,
+    digest_into, digest_into_with, digest_many, digest_many_with, key_digest, one_block_backend,
+    route_into, route_into_with, route_many_with, Lanes, LANE_KEY_MAX,
 };
 use keyorder::{partition_for, route_many, Overrides, PartitionCount, PartitionId, Router};
 use proptest::prelude::*;
@@ -60,11 +62,23 @@ fn check_batch(keys: &[String], count: PartitionCount) -> Result<(), TestCaseErr
         prop_assert_eq!(&parts, &single, "route_many {:?}", lanes);
         digest_many_with(keys, &mut ds, lanes);
         prop_assert_eq!(&ds, &digests, "digest_many {:?}", lanes);
+        let mut slots = vec![PartitionId(9999); keys.len()];
+        route_into_with(keys, count, &mut slots, lanes);
+        prop_assert_eq!(&slots, &single, "route_into {:?}", lanes);
+        let mut slots = vec![7u64; keys.len()];
+        digest_into_with(keys, &mut slots, lanes);
+        prop_assert_eq!(&slots, &digests, "digest_into {:?}", lanes);
     }
     route_many(keys, count, &mut parts);
     prop_assert_eq!(&parts, &single);
     digest_many(keys, &mut ds);
     prop_assert_eq!(&ds, &digests);
+    let mut slots = vec![PartitionId(9999); keys.len()];
+    route_into(keys, count, &mut slots);
+    prop_assert_eq!(&slots, &single);
+    let mut slots = vec![7u64; keys.len()];
+    digest_into(keys, &mut slots);
+    prop_assert_eq!(&slots, &digests);
     Ok(())
 }
 
@@ -124,6 +138,23 @@ fn every_length_through_the_batch_path() {
         assert!(keys.iter().any(|k| k.len() == LANE_KEY_MAX));
         check_batch(&keys, count).expect("batch == single");
     }
+}
+
+/// The batch properties test the SIMD path only if it runs: on a CPU with AVX2 it must.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_simd_path_is_the_one_tested() {
+    let expected = if std::is_x86_feature_detected!("avx2") { "avx2" } else { "portable" };
+    assert_eq!(one_block_backend(Lanes::Detect), expected);
+    assert_eq!(one_block_backend(Lanes::Portable), "portable");
+}
+
+/// `route_into` refuses an output slice of the wrong length.
+#[test]
+#[should_panic(expected = "one output slot per key")]
+fn route_into_needs_one_slot_per_key() {
+    let count = PartitionCount::new(16).expect("valid");
+    route_into(&["a", "b"], count, &mut [PartitionId(0)]);
 }
 
 /// All 5,121 Python vectors in one batch, in file order, SIMD on and off.

@@ -1,4 +1,5 @@
 //! `keyorder`: operate a per-key ordered webhook queue. Subcommands: `route`.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

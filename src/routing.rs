@@ -15,6 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::PartitionId;
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod oneblock;
+
+use avx2::Avx2;
+
 /// BLAKE2b parameterised for an 8-byte digest (the reference's `digest_size=8`).
 type Blake2b64 = Blake2b<U8>;
 
@@ -129,35 +135,66 @@ pub fn route_many<K: AsRef<str>>(keys: &[K], count: PartitionCount, out: &mut Ve
     route_many_with(keys, count, out, Lanes::Detect);
 }
 
+/// Routes `keys[i]` into `out[i]` for every `i`, the answers of [`partition_for`], into a slice
+/// the caller owns: nothing is allocated unless a key is longer than [`LANE_KEY_MAX`] bytes.
+///
+/// # Panics
+///
+/// If `out` is not exactly as long as `keys`.
+pub fn route_into<K: AsRef<str>>(keys: &[K], count: PartitionCount, out: &mut [PartitionId]) {
+    route_into_with(keys, count, out, Lanes::Detect);
+}
+
 /// The routing digests of `keys` into `out` (cleared first), in order: for callers that reduce
 /// one digest by several counts (repartition planning). Exactly [`key_digest`] of each key.
 ///
-/// Keys of at most [`LANE_KEY_MAX`] bytes (one BLAKE2b block: one compression each) are hashed
-/// in SIMD lanes, four at a time where the CPU has AVX2 (detected at run time by
-/// `blake2b_simd`), with the parameter block of an unkeyed 8-byte digest fixed once per call;
-/// longer keys go through lanes of their own, so they never hold the one-block lanes back
-/// (measured: 1.7× faster for 200-byte keys than one key at a time).
+/// Keys of at most [`LANE_KEY_MAX`] bytes (one BLAKE2b block) go through a compression
+/// specialised for routing's fixed parameter block and single final block, four keys at a time
+/// in AVX2 lanes where the CPU has AVX2 (detected at run time, once), else one at a time in
+/// portable code. Longer keys are hashed by `blake2b_simd`'s general multi-lane code, gathered
+/// apart so they never hold the one-block lanes back.
 pub fn digest_many<K: AsRef<str>>(keys: &[K], out: &mut Vec<u64>) {
     digest_many_with(keys, out, Lanes::Detect);
 }
 
-/// Keys of at most this many bytes (one BLAKE2b block, one compression) share the one-block
-/// lanes of the batch router; longer keys are hashed in lanes of their own.
-pub const LANE_KEY_MAX: usize = blake2b_simd::BLOCKBYTES;
+/// [`digest_many`] into a slice the caller owns: `out[i]` is [`key_digest`] of `keys[i]`.
+///
+/// # Panics
+///
+/// If `out` is not exactly as long as `keys`.
+pub fn digest_into<K: AsRef<str>>(keys: &[K], out: &mut [u64]) {
+    digest_into_with(keys, out, Lanes::Detect);
+}
 
-/// Keys gathered per call into the lanes: a multiple of every lane count, small enough that
-/// the jobs and digests stay in L1.
-const LANE_CHUNK: usize = 64;
+/// Keys of at most this many bytes (one BLAKE2b block, one compression) take the specialised
+/// one-block router; longer keys take the general BLAKE2b code.
+pub const LANE_KEY_MAX: usize = oneblock::BLOCK;
 
-/// Which BLAKE2b implementation the batch router uses. Not part of the API: it exists so the
-/// tests can run the batch path with SIMD forced off.
+/// Long keys gathered per call into `blake2b_simd`'s lanes: a multiple of every lane count,
+/// small enough that the jobs stay in L1.
+const LONG_CHUNK: usize = 64;
+
+/// Which implementation the batch router uses. Not part of the API: it exists so the tests and
+/// the benchmark can run the batch path with SIMD forced off.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lanes {
-    /// The fastest the CPU supports (AVX2 4-way, SSE4.1 2-way, or portable), detected at run time.
+    /// The fastest the CPU supports, detected at run time: AVX2 four-way for one-block keys
+    /// (scalar without AVX2), `blake2b_simd`'s best for longer keys.
     Detect,
-    /// The portable implementation, one key at a time: the batch path with SIMD forced off.
+    /// SIMD forced off: the portable one-block compression one key at a time, and
+    /// `blake2b_simd`'s portable code for longer keys.
     Portable,
+}
+
+/// The implementation the one-block keys take under `lanes` on this CPU: `"avx2"` or
+/// `"portable"` (for the tests and the benchmark's labels).
+#[doc(hidden)]
+pub fn one_block_backend(lanes: Lanes) -> &'static str {
+    match (lanes, Avx2::detect()) {
+        (Lanes::Detect, Some(_)) => "avx2",
+        _ => "portable",
+    }
 }
 
 /// [`route_many`] with the implementation chosen (tests use it to force SIMD off).
@@ -169,76 +206,179 @@ pub fn route_many_with<K: AsRef<str>>(
     lanes: Lanes,
 ) {
     out.clear();
-    out.reserve(keys.len());
-    digests_each(keys, lanes, |_, digest| out.push(reduce(digest, count)));
+    out.resize(keys.len(), PartitionId(0));
+    route_into_with(keys, count, out, lanes);
+}
+
+/// [`route_into`] with the implementation chosen (tests use it to force SIMD off).
+#[doc(hidden)]
+pub fn route_into_with<K: AsRef<str>>(
+    keys: &[K],
+    count: PartitionCount,
+    out: &mut [PartitionId],
+    lanes: Lanes,
+) {
+    assert_eq!(keys.len(), out.len(), "one output slot per key");
+    for_each_digest(keys, lanes, |i, digest| out[i] = reduce(digest, count));
 }
 
 /// [`digest_many`] with the implementation chosen (tests use it to force SIMD off).
 #[doc(hidden)]
 pub fn digest_many_with<K: AsRef<str>>(keys: &[K], out: &mut Vec<u64>, lanes: Lanes) {
     out.clear();
-    out.reserve(keys.len());
-    digests_each(keys, lanes, |_, digest| out.push(digest));
+    out.resize(keys.len(), 0);
+    digest_into_with(keys, out, lanes);
 }
 
-/// The parameter block of the routing hash: unkeyed, 8-byte digest, no salt or personal.
-fn lane_params(lanes: Lanes) -> blake2b_simd::Params {
-    let mut params = blake2b_simd::Params::new();
-    params.hash_length(8);
-    if lanes == Lanes::Portable {
-        // blake2b_simd's own switch to its portable code (doc-hidden, kept for its benchmarks,
-        // so a minor release could drop it: the build would then fail here, not silently);
-        // only the tests' and the benchmark's forced-portable runs take this branch.
-        blake2b_simd::benchmarks::force_portable(&mut params);
-    }
-    params
+/// [`digest_into`] with the implementation chosen (tests use it to force SIMD off).
+#[doc(hidden)]
+pub fn digest_into_with<K: AsRef<str>>(keys: &[K], out: &mut [u64], lanes: Lanes) {
+    assert_eq!(keys.len(), out.len(), "one output slot per key");
+    for_each_digest(keys, lanes, |i, digest| out[i] = digest);
 }
 
-fn digest_of(hash: &blake2b_simd::Hash) -> u64 {
-    let bytes: [u8; 8] = hash.as_bytes().try_into().expect("the digest length is 8");
-    u64::from_be_bytes(bytes)
-}
-
-/// Calls `emit(key, digest)` for every key of `keys`, in order. Keys of one block go through
-/// the lanes together; longer keys form a second group of lanes (`hash_many` runs a long key's
-/// extra blocks beside other long keys), so a short key never waits on a long one.
-fn digests_each<'k, K: AsRef<str>>(
+/// Calls `emit(i, digest)` once for every index `i` of `keys`: in order within the one-block
+/// keys and within the long keys, but a long key's digest may come after later short keys'.
+/// One-block keys go four at a time through the AVX2 lanes (or one at a time through the
+/// portable compression); long keys are gathered [`LONG_CHUNK`] at a time for `blake2b_simd`.
+fn for_each_digest<'k, K: AsRef<str>>(
     keys: &'k [K],
     lanes: Lanes,
-    mut emit: impl FnMut(&'k str, u64),
+    mut emit: impl FnMut(usize, u64),
 ) {
-    use blake2b_simd::many::{hash_many, HashManyJob};
-    let params = lane_params(lanes);
-    let mut short: Vec<HashManyJob<'k>> = Vec::with_capacity(LANE_CHUNK);
-    let mut long: Vec<HashManyJob<'k>> = Vec::new();
-    let mut digests = [0u64; LANE_CHUNK];
-    // Whether each key of the chunk is long (in `long`) or short (in `short`), in order.
-    let mut is_long = [false; LANE_CHUNK];
-    for chunk in keys.chunks(LANE_CHUNK) {
-        short.clear();
-        long.clear();
-        for (i, key) in chunk.iter().enumerate() {
-            let key = key.as_ref().as_bytes();
-            is_long[i] = key.len() > LANE_KEY_MAX;
-            let group = if is_long[i] { &mut long } else { &mut short };
-            group.push(HashManyJob::new(&params, key));
+    let avx2 = match lanes {
+        Lanes::Detect => Avx2::detect(),
+        Lanes::Portable => None,
+    };
+    let mut group = Group::new();
+    let mut long = LongKeys::new(lanes);
+    for (i, key) in keys.iter().enumerate() {
+        let key = key.as_ref().as_bytes();
+        if key.len() > LANE_KEY_MAX {
+            long.push(i, key, &mut emit);
+        } else if let Some(avx2) = avx2 {
+            group.push(avx2, i, key, &mut emit);
+        } else {
+            emit(i, oneblock::digest(key));
         }
-        hash_many(short.iter_mut());
-        if long.is_empty() {
-            // Every key of the chunk went through the one-block lanes (the usual case).
-            for (key, job) in chunk.iter().zip(&short) {
-                emit(key.as_ref(), digest_of(&job.to_hash()));
-            }
-            continue;
+    }
+    if let Some(avx2) = avx2 {
+        group.flush(avx2, &mut emit);
+    }
+    long.flush(&mut emit);
+}
+
+/// Up to four one-block keys waiting for the AVX2 lanes, each copied into a zero-padded block.
+struct Group {
+    blocks: [[u8; oneblock::BLOCK]; 4],
+    lens: [usize; 4],
+    /// The index of each waiting key in the caller's slice.
+    at: [usize; 4],
+    waiting: usize,
+}
+
+impl Group {
+    fn new() -> Self {
+        Self { blocks: [[0; oneblock::BLOCK]; 4], lens: [0; 4], at: [0; 4], waiting: 0 }
+    }
+
+    /// Adds key `i` (at most one block), hashing the group when it is full.
+    #[inline]
+    fn push(&mut self, avx2: Avx2, i: usize, key: &[u8], emit: &mut impl FnMut(usize, u64)) {
+        let lane = self.waiting;
+        let block = &mut self.blocks[lane];
+        // Invariant: every block is zero past its lane's `lens`. Clearing a fixed 32 bytes
+        // (one store) keeps it for short keys; otherwise the whole block is cleared.
+        if self.lens[lane] <= 32 && key.len() <= 32 {
+            block[..32].fill(0);
+        } else {
+            block.fill(0);
         }
-        hash_many(long.iter_mut());
-        let (mut s, mut l) = (short.iter(), long.iter());
-        for (digest, &is_long) in digests.iter_mut().zip(&is_long[..chunk.len()]) {
-            let job = if is_long { l.next() } else { s.next() };
-            *digest = digest_of(&job.expect("one job per key").to_hash());
+        block[..key.len()].copy_from_slice(key);
+        self.lens[lane] = key.len();
+        self.at[lane] = i;
+        self.waiting += 1;
+        if self.waiting == 4 {
+            self.flush(avx2, emit);
         }
-        for (key, &digest) in chunk.iter().zip(&digests) {
-            emit(key.as_ref(), digest);
+    }
+
+    /// Hashes the waiting keys (lanes past them hash stale blocks, and are ignored).
+    fn flush(&mut self, avx2: Avx2, emit: &mut impl FnMut(usize, u64)) {
+        let n = self.waiting;
+        if n == 0 {
+            return;
+        }
+        self.waiting = 0;
+        let longest = self.lens[..n].iter().copied().max().unwrap_or(0);
+        let lens = self.lens.map(|l| l as u64);
+        let digests = match oneblock::words_for(longest) {
+            4 => avx2.digest4::<4>(&self.blocks, lens),
+            8 => avx2.digest4::<8>(&self.blocks, lens),
+            _ => avx2.digest4::<16>(&self.blocks, lens),
+        };
+        for (&i, &digest) in self.at[..n].iter().zip(&digests) {
+            emit(i, digest);
+        }
+    }
+}
+
+/// Keys longer than one block waiting for `blake2b_simd`'s general multi-lane code.
+struct LongKeys<'k> {
+    params: blake2b_simd::Params,
+    jobs: Vec<(usize, blake2b_simd::many::HashManyJob<'k>)>,
+}
+
+impl<'k> LongKeys<'k> {
+    fn new(lanes: Lanes) -> Self {
+        let mut params = blake2b_simd::Params::new();
+        params.hash_length(8);
+        if lanes == Lanes::Portable {
+            // blake2b_simd's own switch to its portable code (doc-hidden, kept for its
+            // benchmarks, so a minor release could drop it: the build would then fail here,
+            // not silently); only the tests' and the benchmark's forced-portable runs take it.
+            blake2b_simd::benchmarks::force_portable(&mut params);
+        }
+        // No allocation until a long key comes.
+        Self { params, jobs: Vec::new() }
+    }
+
+    fn push(&mut self, i: usize, key: &'k [u8], emit: &mut impl FnMut(usize, u64)) {
+        if self.jobs.capacity() == 0 {
+            self.jobs.reserve_exact(LONG_CHUNK);
+        }
+        self.jobs.push((i, blake2b_simd::many::HashManyJob::new(&self.params, key)));
+        if self.jobs.len() == LONG_CHUNK {
+            self.flush(emit);
+        }
+    }
+
+    fn flush(&mut self, emit: &mut impl FnMut(usize, u64)) {
+        blake2b_simd::many::hash_many(self.jobs.iter_mut().map(|(_, job)| job));
+        for (i, job) in self.jobs.drain(..) {
+            let hash = job.to_hash();
+            let bytes: [u8; 8] = hash.as_bytes().try_into().expect("the digest length is 8");
+            emit(i, u64::from_be_bytes(bytes));
+        }
+    }
+}
+
+/// Off x86-64 there is no AVX2 path: the one-block keys take the portable compression.
+#[cfg(not(target_arch = "x86_64"))]
+mod avx2 {
+    use super::oneblock::BLOCK;
+
+    /// Never constructed: no AVX2 here.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) enum Avx2 {}
+
+    impl Avx2 {
+        pub(super) fn detect() -> Option<Self> {
+            None
+        }
+
+        pub(super) fn digest4<const W: usize>(self, _: &[[u8; BLOCK]; 4], _: [u64; 4]) -> [u64; 4] {
+            match self {}
         }
     }
 }
@@ -347,9 +487,10 @@ impl Router {
             return route_many(keys, self.count, out);
         }
         out.clear();
-        out.reserve(keys.len());
-        digests_each(keys, Lanes::Detect, |key, digest| {
-            out.push(self.overrides.lookup(key).unwrap_or_else(|| reduce(digest, self.count)));
+        out.resize(keys.len(), PartitionId(0));
+        for_each_digest(keys, Lanes::Detect, |i, digest| {
+            let key = keys[i].as_ref();
+            out[i] = self.overrides.lookup(key).unwrap_or_else(|| reduce(digest, self.count));
         });
     }
 }
@@ -407,5 +548,58 @@ mod tests {
         assert_eq!(out, vec![partition_for("sub_42", count(16)), PartitionId(3)]);
         let err = Router::with_overrides(count(3), pins).unwrap_err();
         assert!(matches!(err, RoutingError::OverrideOutOfRange { partition: 3, count: 3, .. }));
+    }
+
+    // Mutation-testing kills (issue #11): each test pins behaviour a mutant broke unseen.
+
+    #[test]
+    fn a_count_lists_converts_and_prints_its_partitions() {
+        let c = count(3);
+        let all: Vec<PartitionId> = c.partitions().collect();
+        assert_eq!(all, vec![PartitionId(0), PartitionId(1), PartitionId(2)]);
+        assert!(c.contains(PartitionId(2)));
+        assert!(!c.contains(PartitionId(3)), "a partition equal to the count does not exist");
+        assert_eq!(u16::from(count(7)), 7);
+        assert_eq!(count(16).to_string(), "16");
+        assert_eq!(PartitionCount::try_from(12i64), Ok(count(12)));
+        // JSON carries the count as a bare number, both ways.
+        assert_eq!(serde_json::to_string(&count(64)).unwrap(), "64");
+        assert_eq!(serde_json::from_str::<PartitionCount>("64").unwrap(), count(64));
+        assert!(serde_json::from_str::<PartitionCount>("0").is_err());
+    }
+
+    #[test]
+    fn digests_of_a_batch_equal_the_single_digests() {
+        let keys = ["sub_42", "sub_7", ""];
+        let mut out = vec![1, 2, 3, 4];
+        digest_many(&keys, &mut out);
+        assert_eq!(out, vec![key_digest("sub_42"), key_digest("sub_7"), key_digest("")]);
+        let d = key_digest("sub_42");
+        assert_eq!(partition_of_digest(d, count(16)), PartitionId(2));
+        assert_eq!(partition_of_digest(d, count(1000)), PartitionId((d % 1000) as u16));
+    }
+
+    #[test]
+    fn overrides_count_replace_and_look_up_their_pins() {
+        let mut pins = Overrides::new();
+        assert!(pins.is_empty());
+        assert_eq!(pins.len(), 0);
+        assert_eq!(pins.lookup("whale"), None);
+        pins.pin("whale", PartitionId(3)).pin("orca", PartitionId(1));
+        assert!(!pins.is_empty());
+        assert_eq!(pins.len(), 2);
+        pins.pin("whale", PartitionId(5));
+        assert_eq!(pins.len(), 2, "a second pin of a key replaces the first");
+        assert_eq!(pins.lookup("whale"), Some(PartitionId(5)));
+        assert_eq!(pins.lookup("orca"), Some(PartitionId(1)));
+        assert_eq!(pins.validate(count(6)), Ok(()));
+        let router = Router::with_overrides(count(6), pins.clone()).expect("pins in range");
+        assert_eq!(router.count(), count(6));
+        assert_eq!(router.overrides(), &pins);
+        let plain = Router::new(count(16));
+        assert!(plain.overrides().is_empty());
+        let mut out = Vec::new();
+        plain.route_many(&["sub_42", "sub_7"], &mut out);
+        assert_eq!(out, vec![PartitionId(2), PartitionId(10)]);
     }
 }

@@ -4,6 +4,7 @@
 //! lease and visibility semantics, the production worker loop, endpoints, producers), faults
 //! applied between `sim.step()` calls, and the checker's verdict on the recorded history. No
 //! wall clock, thread or hash-map order reaches the run; the trace hash proves it.
+#![forbid(unsafe_code)]
 
 pub mod breaks;
 pub mod control;

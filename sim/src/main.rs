@@ -1,4 +1,5 @@
 //! `keyorder-sim`: sweep seeds, replay one, and judge every run with the checker.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
