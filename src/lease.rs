@@ -87,4 +87,18 @@ mod tests {
         let got: Vec<u16> = r.candidates.iter().map(|p| p.0).collect();
         assert_eq!(got, vec![4, 6, 7, 0, 1, 2, 3]);
     }
+
+    #[test]
+    fn any_start_offset_wraps_into_the_count() {
+        // Offsets are arbitrary u16s (a worker may derive its own); the largest must wrap, not
+        // overflow, at the largest count.
+        let r = rebalance(&BTreeSet::new(), count(32767), 1, u16::MAX);
+        assert_eq!(r.want, 32767);
+        assert_eq!(r.candidates.len(), 32767);
+        assert_eq!(r.candidates.first(), Some(&PartitionId(1)), "65535 % 32767 = 1");
+        assert_eq!(r.candidates.last(), Some(&PartitionId(0)));
+        let r = rebalance(&BTreeSet::new(), count(8), 1, 13);
+        let got: Vec<u16> = r.candidates.iter().map(|p| p.0).collect();
+        assert_eq!(got, vec![5, 6, 7, 0, 1, 2, 3, 4]);
+    }
 }

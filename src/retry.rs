@@ -199,4 +199,14 @@ mod tests {
             Err(RetryError::BaseAboveCap { .. })
         ));
     }
+
+    #[test]
+    fn a_policy_round_trips_through_json_in_milliseconds() {
+        let p = policy();
+        let json = serde_json::to_value(p).unwrap();
+        assert_eq!(json, serde_json::json!({"max_attempts": 5, "base": 100, "cap": 2000}));
+        let back: RetryPolicy = serde_json::from_value(json).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(back.cap(), Duration::from_secs(2));
+    }
 }

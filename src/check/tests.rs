@@ -225,3 +225,136 @@ fn across_layouts_only_a_delivery_past_queued_older_rows_is_a_split() {
     b.deliver(2).ack(2).deliver(1).ack(1);
     assert_eq!(only(&b.verdict()), vec![(Kind::Reorder, 1), (Kind::SplitKey, 1)]);
 }
+
+// Mutation-testing kills (issue #11): boundaries and cases the tests above left open.
+
+impl Builder {
+    /// A delivery of `seq` sent and arrived at `at` (ms), answered at once.
+    fn deliver_at(&mut self, seq: i64, at: u64, outcome: Outcome) -> &mut Self {
+        let e = self.h.enqueued.iter().find(|e| e.seq == Seq(seq)).expect("enqueued").clone();
+        let at = Time::from_millis(at);
+        self.h.deliveries.push(Delivery {
+            event_id: e.event_id,
+            key: e.key,
+            seq: e.seq,
+            partition: e.partition,
+            attempt: 1,
+            worker: "w1".into(),
+            sent_at: at,
+            arrived_at: at,
+            finished_at: Some(at),
+            outcome,
+        });
+        self
+    }
+}
+
+#[test]
+fn the_verdict_counts_and_lists_only_violated_kinds() {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0).enqueue(3, "b", 1).enqueue(4, "b", 1);
+    b.deliver(2).ack(2).deliver(1).ack(1);
+    b.deliver_with(3, Outcome::Rejected("503".into()), 0).dead_letter(3).deliver(4).ack(4);
+    let v = b.verdict();
+    assert_eq!((v.count(Kind::Reorder), v.count(Kind::Gap), v.count(Kind::Lost)), (1, 1, 0));
+    assert_eq!(v.violations(), 1);
+    assert_eq!(v.violated(), vec![Kind::Reorder], "a counted gap is not a violation");
+    // A verdict with only counted kinds violates nothing.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0);
+    b.deliver_with(1, Outcome::Rejected("503".into()), 0).dead_letter(1).deliver(2).ack(2);
+    assert_eq!(b.verdict().violated(), vec![]);
+}
+
+#[test]
+fn kinds_print_as_their_json_names() {
+    for kind in Kind::ALL {
+        let json = serde_json::to_value(kind).unwrap();
+        assert_eq!(json.as_str(), Some(kind.to_string().as_str()));
+        assert_eq!(kind.to_string(), kind.name());
+    }
+    assert_eq!(Kind::StaleDuplicate.to_string(), "stale_duplicate");
+}
+
+#[test]
+fn a_rejected_attempt_of_a_later_event_is_not_a_reorder() {
+    // The receiver did not act on the rejected attempt of seq 2, so accepting 1 then 2 is in
+    // order.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0);
+    b.deliver_with(2, Outcome::Rejected("503".into()), 0).deliver(1).ack(1).deliver(2).ack(2);
+    assert_eq!(only(&b.verdict()), vec![]);
+}
+
+#[test]
+fn a_stale_duplicate_names_the_first_arrival_of_the_later_event() {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0);
+    b.deliver(1).ack(1).deliver(2).deliver(2).ack(2).deliver(1);
+    let v = b.verdict();
+    assert_eq!(only(&v), vec![(Kind::Duplicate, 2), (Kind::StaleDuplicate, 1)]);
+    let c = v.finding(Kind::StaleDuplicate).unwrap().first.as_ref().unwrap();
+    let first_of_2 = b.h.deliveries[1].arrived_at;
+    assert_eq!(c.seqs, vec![Seq(1), Seq(1), Seq(2)]);
+    assert_eq!(c.times[2], first_of_2, "{}", c.note);
+}
+
+#[test]
+fn only_a_later_event_of_the_same_key_after_a_dead_letter_is_a_gap() {
+    // Another key's delivery after the dead-letter is no gap.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "b", 0);
+    b.deliver_with(1, Outcome::Rejected("503".into()), 0).dead_letter(1).deliver(2).ack(2);
+    assert_eq!(only(&b.verdict()), vec![]);
+    // Nor is a late arrival of the dead-lettered event itself.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0);
+    b.deliver_with(1, Outcome::Rejected("503".into()), 0).dead_letter(1);
+    b.deliver_with(1, Outcome::Rejected("503".into()), 0);
+    assert_eq!(only(&b.verdict()), vec![]);
+}
+
+#[test]
+fn a_delivery_sent_as_the_previous_one_ends_is_not_concurrent() {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "b", 0);
+    // Seq 1 is sent at 3 ms and answered at 4 ms; seq 2 is sent at 4 ms.
+    b.deliver_with(1, Outcome::Accepted, 1).deliver(2).ack(1).ack(2);
+    assert_eq!(b.h.deliveries[0].end(), b.h.deliveries[1].sent_at);
+    assert_eq!(only(&b.verdict()), vec![]);
+}
+
+#[test]
+fn a_stall_is_strictly_past_the_bound_and_names_the_lowest_seq() {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 2).enqueue(2, "a", 2);
+    // Listed out of order: the head is still the lowest seq.
+    b.h.queued_at_end = vec![Seq(2), Seq(1)];
+    b.h.end = Time::from_millis(1 + 10_000);
+    assert_eq!(only(&b.verdict()), vec![], "waited exactly the bound: not a stall");
+    b.h.end = Time::from_millis(1 + 10_001);
+    let v = b.verdict();
+    assert_eq!(only(&v), vec![(Kind::Stall, 1)]);
+    assert_eq!(v.finding(Kind::Stall).unwrap().first.as_ref().unwrap().seqs, vec![Seq(1)]);
+}
+
+#[test]
+fn two_rows_of_a_key_on_one_partition_are_not_split() {
+    // Rows 1 and 2 are queued together on partition 0, then the key moves after draining.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0);
+    b.deliver(1).ack(1).deliver(2).ack(2).enqueue(3, "a", 5).deliver(3).ack(3);
+    assert_eq!(only(&b.verdict()), vec![]);
+}
+
+#[test]
+fn a_new_layout_row_delivered_as_the_old_row_leaves_is_not_split() {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0);
+    b.layout = 1;
+    b.enqueue(2, "a", 5);
+    b.deliver(1).ack(1);
+    let acked_at = b.h.acks[0].at.as_millis();
+    b.deliver_at(2, acked_at, Outcome::Accepted).ack(2);
+    assert_eq!(only(&b.verdict()), vec![]);
+}

@@ -321,3 +321,29 @@ fn a_new_lease_waits_out_the_takeover_delay_before_reading() {
         vec![Action::Release { partition: P, epoch: Epoch(1) }]
     );
 }
+
+// Mutation-testing kills (issue #11).
+
+#[test]
+fn the_epoch_is_the_held_lease_and_gone_with_it() {
+    let mut h = Harness::new();
+    assert_eq!(h.drain.epoch(), None);
+    h.acquire(7);
+    assert_eq!(h.drain.epoch(), Some(Epoch(7)));
+    h.input(Input::LeaseLost);
+    assert_eq!(h.drain.epoch(), None);
+    h.acquire(9);
+    assert_eq!(h.drain.epoch(), Some(Epoch(9)));
+}
+
+#[test]
+fn a_backoff_that_ends_now_is_delivered_at_once() {
+    let mut h = Harness::new();
+    h.time = Time::from_millis(300);
+    h.acquire(1);
+    let mut due = head(10);
+    due.attempts = 1;
+    due.not_before = Some(h.time);
+    assert_eq!(h.input(Input::HeadFetched(Some(due.clone()))), vec![deliver(1, &due, 2)]);
+    assert_eq!(h.drain.in_flight(), Some((Seq(10), 2)));
+}
