@@ -70,6 +70,18 @@ impl StoreRequest {
         }
     }
 
+    /// Whether the `unfenced-expiry` design leaves the epoch unchecked on this statement: the
+    /// queue statements (head, acknowledgement, retry, dead-letter); renewals and hand-backs
+    /// stay fenced.
+    pub fn is_queue_statement(&self) -> bool {
+        matches!(
+            self,
+            StoreRequest::FetchHead { .. }
+                | StoreRequest::Ack { .. }
+                | StoreRequest::Retry { .. }
+                | StoreRequest::DeadLetter { .. }
+        )
+    }
 }
 
 /// The store's answer.

@@ -95,6 +95,7 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
         shared_locks: scenario.has(Break::TwoReaders),
         requeue_at_tail: scenario.has(Break::RequeueAtTail),
         always_clean: scenario.has(Break::HandoverAlwaysClean),
+        unfenced_expiry: scenario.has(Break::UnfencedExpiry),
     };
     world.store.borrow_mut().durable.expiry =
         scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms));

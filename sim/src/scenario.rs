@@ -436,8 +436,9 @@ impl Scenario {
     /// The scenario of `size` and `seed` with `b` switched on, plus the trigger that design
     /// needs to show (a lease loss for an unfenced lease, a modulus change for a flip, a
     /// poison event for unbounded retry, two producers where keys must share them, a store
-    /// restart with slow deliveries out for an always-clean hand-back). Without the switch the
-    /// same scenario is the correct design under the same faults.
+    /// restart with slow deliveries out for an always-clean hand-back, an expiry lease and
+    /// pauses past its expiry for an unfenced expiry lease). Without the switch the same
+    /// scenario is the correct design under the same faults.
     pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
         let mut s = Scenario::generate(size, seed);
         let mut rng = StdRng::seed_from_u64(seed ^ 0xB7EA_C0DE);
@@ -506,6 +507,7 @@ impl Scenario {
                     s.faults.push(Fault { at_ms, kind: FaultKind::StoreRestart { down_ms } });
                 }
             }
+            Break::UnfencedExpiry => unfenced_expiry_trigger(&mut rng, &mut s),
             Break::TwoReaders | Break::ParallelInPartition => {}
         }
         s.faults.sort_by_key(|f| f.at_ms);
@@ -537,6 +539,29 @@ fn expiry_lease(rng: &mut StdRng, s: &mut Scenario) {
         s.faults.push(Fault { at_ms: at(rng), kind });
     }
     s.faults.sort_by_key(|f| f.at_ms);
+}
+
+/// `unfenced-expiry`'s trigger: an expiry lease, and one worker (never crashed) stopped three
+/// times, each time past its expiry and the takeover by another worker, while events keep
+/// coming: its partitions fill up while it is stopped, the new holder drains them, and the
+/// stopped worker wakes in the middle of a statement of its old lease.
+fn unfenced_expiry_trigger(rng: &mut StdRng, s: &mut Scenario) {
+    let mut spec = ExpirySpec::standard();
+    let bound = spec.skew_bound_ms as i64;
+    spec.skew_ms = (0..s.workers).map(|_| rng.random_range(-bound..=bound)).collect();
+    let e = spec.expiry_ms;
+    s.lease = LeaseModel::Expiry(spec);
+    let worker = rng.random_range(0..s.workers);
+    s.faults.retain(|f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker));
+    let mut at_ms = rng.random_range(300..600);
+    for _ in 0..3 {
+        // Past the expiry, the rebalance that notices it and the new holder's takeover wait.
+        let for_ms = e + rng.random_range(700..=1_500);
+        s.faults.push(Fault { at_ms, kind: FaultKind::Pause { worker, for_ms } });
+        at_ms += for_ms + rng.random_range(1_000..=2_000);
+    }
+    s.load_ms = s.load_ms.max(at_ms + 1_000);
+    s.duration_ms = s.load_ms + 30_000;
 }
 
 fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {

@@ -131,6 +131,9 @@ pub struct StoreBreaks {
     /// `handover-always-clean`: every lease is granted as handed back cleanly, even after its
     /// last holder lost it.
     pub always_clean: bool,
+    /// `unfenced-expiry`: queue statements on an expiry lease check only that the partition has
+    /// an unexpired lease, not that it is theirs, and renew whichever it is.
+    pub unfenced_expiry: bool,
 }
 
 #[derive(Debug, Default)]
@@ -260,7 +263,8 @@ impl StoreState {
             let Some((partition, epoch)) = req.fence() else {
                 return self.answer(session, req, at, rec);
             };
-            let Some(until) = self.renew_lease(partition, epoch, at, length) else {
+            let loose = self.durable.breaks.unfenced_expiry && req.is_queue_statement();
+            let Some(until) = self.renew_lease(partition, epoch, at, length, loose) else {
                 return StoreResponse::NotHeld;
             };
             let answer = Box::new(self.answer(session, req, at, rec));
@@ -274,17 +278,18 @@ impl StoreState {
         self.answer(session, req, at, rec)
     }
 
-    /// Renews `partition`'s expiry lease if epoch `epoch` holds it unexpired: its new expiry, or
-    /// `None` when the statement must be refused.
+    /// Renews `partition`'s expiry lease if epoch `epoch` holds it unexpired (or, `loose`, if
+    /// any epoch does): its new expiry, or `None` when the statement must be refused.
     fn renew_lease(
         &mut self,
         partition: PartitionId,
         epoch: Epoch,
         at: Time,
         length: Duration,
+        loose: bool,
     ) -> Option<Time> {
         let row = self.durable.leases.get_mut(&partition)?;
-        if row.holder.is_none() || row.expires_at <= at || row.epoch != epoch {
+        if row.holder.is_none() || row.expires_at <= at || (!loose && row.epoch != epoch) {
             return None;
         }
         row.expires_at = at.saturating_add(length);
