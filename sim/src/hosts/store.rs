@@ -153,6 +153,9 @@ pub struct Volatile {
     /// (partition, session) → epoch. Exclusive unless `shared_locks`.
     locks: BTreeMap<(PartitionId, u64), Epoch>,
     uncommitted: BTreeMap<u64, (Seq, PartitionId, Row)>,
+    /// Sessions ended by [`StoreState::break_lease`] (`pg_terminate_backend`): their connection
+    /// is closed at its next request.
+    terminated: BTreeSet<u64>,
 }
 
 /// The whole store.
@@ -369,8 +372,8 @@ impl StoreState {
                 );
                 StoreResponse::Ok
             }
-            R::DeadLetter { partition, seq, reason, .. } => {
-                self.dead_letter(partition, seq, reason, at, rec);
+            R::DeadLetter { partition, seq, attempts, reason, .. } => {
+                self.dead_letter(partition, seq, attempts, reason, at, rec);
                 StoreResponse::Ok
             }
             R::Insert { event_id, key, partition, layout } => {
@@ -412,11 +415,13 @@ impl StoreState {
         &mut self,
         partition: PartitionId,
         seq: Seq,
+        attempts: u32,
         reason: String,
         at: Time,
         rec: &SharedRecorder,
     ) {
-        let Some(row) = self.durable.dequeue(partition, seq) else { return };
+        let Some(mut row) = self.durable.dequeue(partition, seq) else { return };
+        row.attempts = attempts;
         let mut rec = rec.borrow_mut();
         rec.log(
             at,
@@ -534,6 +539,70 @@ impl StoreState {
         let how = if clean { "clean" } else { "unclean" };
         rec.log(at, "store", format_args!("p{partition} handed back {how}"));
         StoreResponse::Ok
+    }
+
+    /// Empties the store as a freshly created database would be, keeping its lease model; session
+    /// ids stay unique (sessions of the old contents may still be open).
+    pub fn wipe(&mut self) {
+        let (next_session, expiry) = (self.volatile.next_session, self.durable.expiry);
+        *self = StoreState::default();
+        self.volatile.next_session = next_session;
+        self.durable.expiry = expiry;
+    }
+
+    /// Loses `partition`'s lease the way this store loses one: a session lock's session is
+    /// terminated (`pg_terminate_backend`; its connection closes at its next request), an
+    /// expiry lease expires now. Whether there was a lease to lose.
+    pub fn break_lease(&mut self, partition: PartitionId, rec: &SharedRecorder) -> bool {
+        let at = now();
+        if self.durable.expiry.is_some() {
+            let Some(row) = self.durable.leases.get_mut(&partition) else { return false };
+            row.expires_at = at;
+            return row.holder.is_some();
+        }
+        let held: Vec<u64> =
+            self.volatile.locks.keys().filter(|(p, _)| *p == partition).map(|(_, s)| *s).collect();
+        for session in &held {
+            self.volatile.terminated.insert(*session);
+            self.close_session(*session, "terminated", rec);
+        }
+        !held.is_empty()
+    }
+
+    /// Commits `event_id` of `key` on `partition` at once (an insert and its commit in one
+    /// step, for drivers and tests): its seq, or `None` when the id was committed before.
+    pub fn enqueue_committed(
+        &mut self,
+        event_id: &str,
+        key: &str,
+        partition: PartitionId,
+        rec: &SharedRecorder,
+    ) -> Option<Seq> {
+        if !self.durable.committed_ids.insert(event_id.to_owned()) {
+            return None;
+        }
+        self.durable.next_seq += 1;
+        let seq = Seq(self.durable.next_seq);
+        let row = Row {
+            origin: seq,
+            layout: 0,
+            event_id: event_id.to_owned(),
+            key: key.to_owned(),
+            attempts: 0,
+            not_before: None,
+            last_error: None,
+        };
+        let enqueued = Enqueued {
+            event_id: event_id.to_owned(),
+            key: key.to_owned(),
+            seq,
+            partition,
+            layout: 0,
+            at: now(),
+        };
+        rec.borrow_mut().enqueued(enqueued);
+        self.durable.queue(partition, seq, row);
+        Some(seq)
     }
 
     /// The partition's head. A head held by the online repartition's barrier comes back with
@@ -662,6 +731,9 @@ async fn serve(mut conn: Conn, state: SharedStore, rec: SharedRecorder, detectio
             Ok(Err(_)) => break "connection error",
             Err(_) => break "keepalive timeout",
         };
+        if state.borrow().volatile.terminated.contains(&id) {
+            break "terminated";
+        }
         let resp = state.borrow_mut().handle(id, req, now(), &rec);
         if conn.send(&resp).await.is_err() {
             break "connection error";
