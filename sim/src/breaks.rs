@@ -33,11 +33,16 @@ pub enum Break {
     /// The store tells every new lease that it was handed back cleanly, even when its last
     /// holder lost it with a delivery still out, so the new holder skips the takeover wait.
     HandoverAlwaysClean,
+    /// An expiry lease whose head reads, acknowledgements, retry updates and dead-letters do not
+    /// check the epoch: each renews and trusts whatever unexpired lease the partition has, so a
+    /// holder that was stopped past its expiry wakes, finds the new holder's lease and believes
+    /// it its own.
+    UnfencedExpiry,
 }
 
 impl Break {
     /// Every entry, in catalogue order.
-    pub const ALL: [Break; 9] = [
+    pub const ALL: [Break; 10] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -47,6 +52,7 @@ impl Break {
         Break::UnserialisedProducers,
         Break::UnboundedRetry,
         Break::HandoverAlwaysClean,
+        Break::UnfencedExpiry,
     ];
 
     /// The violation the checker must report when this design runs.
@@ -56,7 +62,8 @@ impl Break {
             Break::TwoReaders
             | Break::UnfencedLease
             | Break::ParallelInPartition
-            | Break::HandoverAlwaysClean => Kind::Concurrent,
+            | Break::HandoverAlwaysClean
+            | Break::UnfencedExpiry => Kind::Concurrent,
             Break::RequeueAtTail | Break::UnserialisedProducers => Kind::Reorder,
             Break::UnboundedRetry => Kind::Stall,
         }
@@ -74,6 +81,7 @@ impl Break {
             Break::UnserialisedProducers => "unserialised-producers",
             Break::UnboundedRetry => "unbounded-retry",
             Break::HandoverAlwaysClean => "handover-always-clean",
+            Break::UnfencedExpiry => "unfenced-expiry",
         }
     }
 }

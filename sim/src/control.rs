@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::time::Duration;
 
 use keyorder::PartitionCount;
 
@@ -24,6 +25,10 @@ pub struct Control {
     pub busy: BTreeMap<usize, usize>,
     /// Producers that have enqueued everything.
     pub finished: BTreeSet<usize>,
+    /// Worker processes stopped by a pause fault: they send nothing until resumed.
+    pub stopped: BTreeSet<String>,
+    /// Workers whose lease renewals reach the store late, and by how much.
+    pub late_renewals: BTreeMap<String, Duration>,
 }
 
 /// The control plane shared by hosts and the driver.
@@ -36,6 +41,11 @@ impl Control {
         self.count = count;
         self.layout += 1;
         self.worker_count = worker_count;
+    }
+
+    /// Whether worker `name`'s process is stopped.
+    pub fn is_stopped(&self, name: &str) -> bool {
+        self.stopped.contains(name)
     }
 
     /// Producer `index` opens a transaction.
@@ -62,6 +72,8 @@ impl Control {
             paused: false,
             busy: BTreeMap::new(),
             finished: BTreeSet::new(),
+            stopped: BTreeSet::new(),
+            late_renewals: BTreeMap::new(),
         }))
     }
 }

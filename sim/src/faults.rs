@@ -24,6 +24,11 @@ enum Step {
     Cut(String),
     Repair(String),
     Repartition(u16),
+    /// A pause of this long starts.
+    Stop(String, Duration),
+    Resume(String),
+    Late(String, Duration),
+    OnTime(String),
 }
 
 /// What a drain-and-switch did, for reports.
@@ -118,6 +123,24 @@ impl FaultRunner {
                     due.push((at + Duration::from_millis(*down_ms), Step::Bounce("store".into())));
                 }
                 FaultKind::Repartition { to } => due.push((at, Step::Repartition(*to))),
+                FaultKind::Pause { worker, for_ms } => {
+                    due.push((
+                        at,
+                        Step::Stop(worker_name(*worker), Duration::from_millis(*for_ms)),
+                    ));
+                    due.push((
+                        at + Duration::from_millis(*for_ms),
+                        Step::Resume(worker_name(*worker)),
+                    ));
+                }
+                FaultKind::LateRenewals { worker, extra_ms, for_ms } => {
+                    let late = Duration::from_millis(*extra_ms);
+                    due.push((at, Step::Late(worker_name(*worker), late)));
+                    due.push((
+                        at + Duration::from_millis(*for_ms),
+                        Step::OnTime(worker_name(*worker)),
+                    ));
+                }
             }
         }
         // Stable: steps at the same time keep the scenario's order.
@@ -160,7 +183,31 @@ impl FaultRunner {
                 rec.log(t, "driver", format_args!("crash {host}"));
                 rec.fault(if host == "store" { "store_restart" } else { "crash" });
                 drop(rec);
+                // A crash ends a stop too: the restarted process runs.
+                world.control.borrow_mut().stopped.remove(&host);
                 sim.crash(host.as_str());
+            }
+            Step::Stop(host, length) => {
+                rec.log(t, "driver", format_args!("stop {host} (process paused)"));
+                rec.fault("pause");
+                if world.store.borrow().durable.expiry.is_some_and(|e| length > e) {
+                    rec.fault("pause_past_expiry");
+                }
+                world.control.borrow_mut().stopped.insert(host);
+            }
+            Step::Resume(host) => {
+                if world.control.borrow_mut().stopped.remove(&host) {
+                    rec.log(t, "driver", format_args!("resume {host}"));
+                }
+            }
+            Step::Late(host, by) => {
+                rec.log(t, "driver", format_args!("renewals of {host} arrive {by:?} late"));
+                rec.fault("late_renewal");
+                world.control.borrow_mut().late_renewals.insert(host, by);
+            }
+            Step::OnTime(host) => {
+                rec.log(t, "driver", format_args!("renewals of {host} on time again"));
+                world.control.borrow_mut().late_renewals.remove(&host);
             }
             Step::Bounce(host) => {
                 rec.log(t, "driver", format_args!("restart {host}"));

@@ -52,6 +52,8 @@ pub enum StoreRequest {
     Pooled,
     /// Does nothing; keeps a session from looking dead.
     Ping,
+    /// Renew an expiry lease, fenced (the holder's renewal timer).
+    Renew { partition: PartitionId, epoch: Epoch },
 }
 
 impl StoreRequest {
@@ -62,9 +64,23 @@ impl StoreRequest {
             | StoreRequest::FetchHead { partition, epoch }
             | StoreRequest::Ack { partition, epoch, .. }
             | StoreRequest::Retry { partition, epoch, .. }
-            | StoreRequest::DeadLetter { partition, epoch, .. } => Some((*partition, *epoch)),
+            | StoreRequest::DeadLetter { partition, epoch, .. }
+            | StoreRequest::Renew { partition, epoch } => Some((*partition, *epoch)),
             _ => None,
         }
+    }
+
+    /// Whether the `unfenced-expiry` design leaves the epoch unchecked on this statement: the
+    /// queue statements (head, acknowledgement, retry, dead-letter); renewals and hand-backs
+    /// stay fenced.
+    pub fn is_queue_statement(&self) -> bool {
+        matches!(
+            self,
+            StoreRequest::FetchHead { .. }
+                | StoreRequest::Ack { .. }
+                | StoreRequest::Retry { .. }
+                | StoreRequest::DeadLetter { .. }
+        )
     }
 }
 
@@ -87,6 +103,9 @@ pub enum StoreResponse {
     NotHeld,
     /// Refused, with the reason.
     Refused(String),
+    /// A fenced statement on an expiry lease went through and renewed the lease: it now
+    /// lasts until `until_us` (store time, µs), and this is the statement's answer.
+    Lasts { until_us: u64, answer: Box<StoreResponse> },
 }
 
 /// A granted lease: its epoch, and whether the previous holder handed it back cleanly (or
@@ -95,6 +114,9 @@ pub enum StoreResponse {
 pub struct Granted {
     pub epoch: Epoch,
     pub clean: bool,
+    /// An expiry lease's expiry (store time, µs); absent for a session lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_us: Option<u64>,
 }
 
 /// A head row on the wire.

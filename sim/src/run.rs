@@ -20,7 +20,7 @@ use crate::faults::{worker_name, FaultRunner, Procedure, SwitchReport, World};
 use crate::hosts::endpoint::{self, Endpoints};
 use crate::hosts::producer::{Planned, ProducerHost, Routing};
 use crate::hosts::store::{self, StoreBreaks, StoreState};
-use crate::hosts::worker::WorkerHost;
+use crate::hosts::worker::{ExpiryClient, SimClock, WorkerHost};
 use crate::scenario::{Scenario, ScenarioError};
 use crate::trace::Recorder;
 
@@ -95,7 +95,10 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
         shared_locks: scenario.has(Break::TwoReaders),
         requeue_at_tail: scenario.has(Break::RequeueAtTail),
         always_clean: scenario.has(Break::HandoverAlwaysClean),
+        unfenced_expiry: scenario.has(Break::UnfencedExpiry),
     };
+    world.store.borrow_mut().durable.expiry =
+        scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms));
     world.store.borrow_mut().durable.barrier = scenario.procedure == Procedure::Online;
     let mut sim = turmoil::Builder::new()
         .rng_seed(rng.random())
@@ -107,6 +110,12 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
         .build();
     if scenario.max_latency_ms > scenario.min_latency_ms {
         world.rec.borrow_mut().fault("latency_jitter");
+    }
+    if let Some(e) = scenario.lease.expiry() {
+        world.rec.borrow_mut().fault("expiry_lease");
+        if e.skew_ms.iter().any(|s| *s != 0) {
+            world.rec.borrow_mut().fault("clock_skew");
+        }
     }
     add_hosts(&mut sim, scenario, &world, &mut rng);
     drive(&mut sim, scenario, &world, seed, keep_trace)
@@ -141,6 +150,11 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
             request_timeout,
             unfenced: scenario.has(Break::UnfencedLease),
             parallel: scenario.has(Break::ParallelInPartition),
+            clock: SimClock { offset_ms: scenario.lease.expiry().map_or(0, |e| e.skew(i)) },
+            expiry: scenario.lease.expiry().map(|e| ExpiryClient {
+                margin: Duration::from_millis(e.skew_bound_ms),
+                renew_every: Duration::from_millis(e.expiry_ms / 3),
+            }),
         };
         sim.host(worker_name(i), host.factory());
     }

@@ -116,9 +116,33 @@ pub enum FaultKind {
         /// The new count.
         to: u16,
     },
+    /// Stop worker `worker`'s process for `for_ms` (SIGSTOP, a VM freeze): not a crash. It keeps
+    /// its state and its connections and resumes where it stood; while stopped it sends nothing.
+    /// Expiry leases only (see [`LeaseModel`]).
+    Pause {
+        /// Worker index.
+        worker: usize,
+        /// How long it stays stopped.
+        for_ms: u64,
+    },
+    /// For `for_ms`, every lease renewal of worker `worker` reaches the store `extra_ms` late
+    /// (a starved renewal thread). Expiry leases only.
+    LateRenewals {
+        /// Worker index.
+        worker: usize,
+        /// How late each renewal arrives.
+        extra_ms: u64,
+        /// How long renewals stay late.
+        for_ms: u64,
+    },
 }
 
 impl FaultKind {
+    /// Whether the fault is aimed at expiry leases (and refused with session locks).
+    pub fn needs_expiry(&self) -> bool {
+        matches!(self, FaultKind::Pause { .. } | FaultKind::LateRenewals { .. })
+    }
+
     /// The fault's name in summaries.
     pub fn name(&self) -> &'static str {
         match self {
@@ -126,8 +150,69 @@ impl FaultKind {
             FaultKind::LeaseLoss { .. } => "lease_loss",
             FaultKind::StoreRestart { .. } => "store_restart",
             FaultKind::Repartition { .. } => "repartition",
+            FaultKind::Pause { .. } => "pause",
+            FaultKind::LateRenewals { .. } => "late_renewal",
         }
     }
+}
+
+/// How partitions are leased.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "model")]
+pub enum LeaseModel {
+    /// PostgreSQL's session advisory lock: held while the session lives, fenced by the session.
+    #[default]
+    SessionLock,
+    /// SQLite's lease row: holder, epoch and expiry, renewed by the holder, every statement of
+    /// the partition fenced by epoch in the store.
+    Expiry(ExpirySpec),
+}
+
+impl LeaseModel {
+    /// The expiry lease's parameters, if this is one.
+    pub fn expiry(&self) -> Option<&ExpirySpec> {
+        match self {
+            LeaseModel::SessionLock => None,
+            LeaseModel::Expiry(spec) => Some(spec),
+        }
+    }
+}
+
+/// An expiry lease and the clocks that judge it.
+///
+/// The store's clock decides expiry: a lease is free once the store's time passes its expiry,
+/// and every fenced statement renews it to the store's time plus `expiry_ms`. A worker's clock
+/// is the store's plus its offset in `skew_ms`, within `skew_bound_ms` either way (the stated
+/// bound). A worker delivers only while, by its own clock, the expiry the store last told it
+/// lies at least the delivery timeout plus `skew_bound_ms` ahead: so whatever its skew within
+/// the bound, its delivery ends (answered or timed out) before the store can hand the lease on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpirySpec {
+    /// How long a lease lasts without renewal, by the store's clock; the holder renews it every
+    /// third of it (and every fenced statement renews it).
+    pub expiry_ms: u64,
+    /// The bound on any worker's clock offset from the store's: the margin of the delivery
+    /// check.
+    pub skew_bound_ms: u64,
+    /// Each worker's clock offset from the store's, in ms (missing: 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skew_ms: Vec<i64>,
+}
+
+impl ExpirySpec {
+    /// The expiry every generated scenario uses: 2 s, skew bound 150 ms, no skew.
+    pub fn standard() -> Self {
+        Self { expiry_ms: 2_000, skew_bound_ms: 150, skew_ms: Vec::new() }
+    }
+
+    /// Worker `i`'s clock offset, in ms.
+    pub fn skew(&self, i: usize) -> i64 {
+        self.skew_ms.get(i).copied().unwrap_or(0)
+    }
+}
+
+fn is_session_lock(l: &LeaseModel) -> bool {
+    *l == LeaseModel::SessionLock
 }
 
 /// A whole simulated deployment and what happens to it.
@@ -179,6 +264,9 @@ pub struct Scenario {
     /// Known-bad designs switched on (empty: the correct design).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breaks: Vec<Break>,
+    /// How partitions are leased (absent: session locks).
+    #[serde(default, skip_serializing_if = "is_session_lock")]
+    pub lease: LeaseModel,
 }
 
 impl Scenario {
@@ -229,12 +317,24 @@ impl Scenario {
         if idle_max + self.request_timeout_ms >= self.detection_ms {
             return invalid("detection_ms", "must exceed the longest quiet period of a healthy session (idle poll, rebalance, backoff cap) plus the request timeout");
         }
+        self.validate_expiry()?;
         for f in &self.faults {
             match f.kind {
-                FaultKind::CrashWorker { worker, .. } | FaultKind::LeaseLoss { worker, .. }
+                FaultKind::CrashWorker { worker, .. }
+                | FaultKind::LeaseLoss { worker, .. }
+                | FaultKind::Pause { worker, .. }
+                | FaultKind::LateRenewals { worker, .. }
                     if worker >= self.workers =>
                 {
                     return invalid("faults", "a fault names a worker that does not exist")
+                }
+                // A session lock outlives a stopped process (its kernel still answers
+                // keepalives): pausing one is the hazard expiry leases exist for, not a fault
+                // the session-lock design claims to survive.
+                FaultKind::Pause { .. } | FaultKind::LateRenewals { .. }
+                    if self.lease.expiry().is_none() =>
+                {
+                    return invalid("faults", "pauses and late renewals need an expiry lease")
                 }
                 FaultKind::Repartition { to } if PartitionCount::new(i64::from(to)).is_err() => {
                     return invalid("faults", "a repartition target must be between 1 and 32767")
@@ -244,6 +344,28 @@ impl Scenario {
         }
         if self.duration_ms <= self.load_ms {
             return invalid("duration_ms", "must exceed load_ms");
+        }
+        Ok(())
+    }
+
+    /// The expiry lease's rules: the stated skew bound covers every worker's offset, and a
+    /// head read answered within the request timeout leaves the lease a delivery (plus the
+    /// skew margin) to run.
+    fn validate_expiry(&self) -> Result<(), ScenarioError> {
+        let Some(e) = self.lease.expiry() else { return Ok(()) };
+        let invalid =
+            |field, rule: &str| Err(ScenarioError::Invalid { field, rule: rule.to_owned() });
+        if e.skew_ms.len() > self.workers {
+            return invalid("lease.skew_ms", "names more workers than there are");
+        }
+        if e.skew_ms.iter().any(|s| s.unsigned_abs() > e.skew_bound_ms) {
+            return invalid("lease.skew_ms", "every offset must lie within skew_bound_ms");
+        }
+        if e.expiry_ms <= self.delivery_timeout_ms + self.request_timeout_ms + e.skew_bound_ms {
+            return invalid(
+                "lease.expiry_ms",
+                "must exceed delivery_timeout_ms + request_timeout_ms + skew_bound_ms (else a freshly renewed lease may not last a delivery)",
+            );
         }
         Ok(())
     }
@@ -280,6 +402,7 @@ impl Scenario {
             duration_ms: 120_000,
             procedure: Procedure::DrainAndSwitch,
             breaks: Vec::new(),
+            lease: LeaseModel::SessionLock,
         }
     }
 
@@ -295,6 +418,13 @@ impl Scenario {
         let mut scenario = Scenario::new(partitions, workers, producers, keys, load_ms);
         scenario.max_latency_ms = rng.random_range(1..=4);
         scenario.faults = faults(&mut rng, &scenario);
+        // The lease model comes from a generator of its own, so a session-lock scenario is the
+        // same as before expiry leases existed, and an expiry one differs only by its lease and
+        // the faults aimed at it.
+        let mut lease_rng = StdRng::seed_from_u64(seed ^ 0x1EA5_E0E0);
+        if lease_rng.random_bool(0.5) {
+            expiry_lease(&mut lease_rng, &mut scenario);
+        }
         scenario
     }
 
@@ -306,12 +436,17 @@ impl Scenario {
     /// The scenario of `size` and `seed` with `b` switched on, plus the trigger that design
     /// needs to show (a lease loss for an unfenced lease, a modulus change for a flip, a
     /// poison event for unbounded retry, two producers where keys must share them, a store
-    /// restart with slow deliveries out for an always-clean hand-back). Without
-    /// the switch the same scenario is the correct design under the same faults.
+    /// restart with slow deliveries out for an always-clean hand-back, an expiry lease and
+    /// pauses past its expiry for an unfenced expiry lease). Without the switch the same
+    /// scenario is the correct design under the same faults.
     pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
         let mut s = Scenario::generate(size, seed);
         let mut rng = StdRng::seed_from_u64(seed ^ 0xB7EA_C0DE);
         let mid = s.load_ms / 2;
+        // Every other design is about session locks (or about no lease at all): it runs on the
+        // session-lock scenario of its seed, as it did before expiry leases existed.
+        s.lease = LeaseModel::SessionLock;
+        s.faults.retain(|f| !f.kind.needs_expiry());
         match b {
             Break::RandomHash | Break::UnserialisedProducers => s.producers = s.producers.max(2),
             Break::UnfencedLease => {
@@ -372,12 +507,61 @@ impl Scenario {
                     s.faults.push(Fault { at_ms, kind: FaultKind::StoreRestart { down_ms } });
                 }
             }
+            Break::UnfencedExpiry => unfenced_expiry_trigger(&mut rng, &mut s),
             Break::TwoReaders | Break::ParallelInPartition => {}
         }
         s.faults.sort_by_key(|f| f.at_ms);
         s.breaks = vec![b];
         s
     }
+}
+
+/// Switches `s` to an expiry lease with random clock offsets within the bound, and adds the
+/// faults aimed at it: up to two pauses (some shorter, some longer than the expiry) and up to
+/// one spell of late renewals.
+fn expiry_lease(rng: &mut StdRng, s: &mut Scenario) {
+    let mut spec = ExpirySpec::standard();
+    let bound = spec.skew_bound_ms as i64;
+    spec.skew_ms = (0..s.workers).map(|_| rng.random_range(-bound..=bound)).collect();
+    let e = spec.expiry_ms;
+    s.lease = LeaseModel::Expiry(spec);
+    let at = |rng: &mut StdRng| rng.random_range(100..s.load_ms + 1_000);
+    for _ in 0..rng.random_range(0..=2) {
+        let worker = rng.random_range(0..s.workers);
+        let kind = FaultKind::Pause { worker, for_ms: rng.random_range(e / 2..=e * 2) };
+        s.faults.push(Fault { at_ms: at(rng), kind });
+    }
+    if rng.random_bool(0.5) {
+        let worker = rng.random_range(0..s.workers);
+        let extra_ms = rng.random_range(e / 3..=e);
+        let kind =
+            FaultKind::LateRenewals { worker, extra_ms, for_ms: rng.random_range(1_000..=4_000) };
+        s.faults.push(Fault { at_ms: at(rng), kind });
+    }
+    s.faults.sort_by_key(|f| f.at_ms);
+}
+
+/// `unfenced-expiry`'s trigger: an expiry lease, and one worker (never crashed) stopped three
+/// times, each time past its expiry and the takeover by another worker, while events keep
+/// coming: its partitions fill up while it is stopped, the new holder drains them, and the
+/// stopped worker wakes in the middle of a statement of its old lease.
+fn unfenced_expiry_trigger(rng: &mut StdRng, s: &mut Scenario) {
+    let mut spec = ExpirySpec::standard();
+    let bound = spec.skew_bound_ms as i64;
+    spec.skew_ms = (0..s.workers).map(|_| rng.random_range(-bound..=bound)).collect();
+    let e = spec.expiry_ms;
+    s.lease = LeaseModel::Expiry(spec);
+    let worker = rng.random_range(0..s.workers);
+    s.faults.retain(|f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker));
+    let mut at_ms = rng.random_range(300..600);
+    for _ in 0..3 {
+        // Past the expiry, the rebalance that notices it and the new holder's takeover wait.
+        let for_ms = e + rng.random_range(700..=1_500);
+        s.faults.push(Fault { at_ms, kind: FaultKind::Pause { worker, for_ms } });
+        at_ms += for_ms + rng.random_range(1_000..=2_000);
+    }
+    s.load_ms = s.load_ms.max(at_ms + 1_000);
+    s.duration_ms = s.load_ms + 30_000;
 }
 
 fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {

@@ -49,6 +49,17 @@ pub enum StoreError {
     /// SQLite reported an error (opening the file, a statement, a busy database).
     #[error("sqlite error")]
     Sqlite(#[from] rusqlite::Error),
+    /// An expiry lease may end before a delivery started now could finish, by the holder's own
+    /// clock: the holder must not deliver (see [`LeaseSession::ensure_lasts`]).
+    #[error("partition {partition}: lease with epoch {epoch} may expire within {needed:?}")]
+    LeaseEnding {
+        /// The partition.
+        partition: PartitionId,
+        /// The lease's epoch.
+        epoch: Epoch,
+        /// How long the lease had to last.
+        needed: Duration,
+    },
     /// The store refused the request, saying why.
     #[error("store refused {operation}: {reason}")]
     Refused {
@@ -126,6 +137,18 @@ pub trait LeaseSession {
     /// safe answer for a store that does not record it.
     fn handover(&self) -> Handover {
         Handover::Unclean
+    }
+
+    /// Confirms, just before a delivery, that the lease lasts at least `needed` longer (the
+    /// delivery timeout) by this holder's own clock, with whatever margin the store needs for
+    /// clock skew; refused with [`StoreError::LeaseEnding`] (or another error) otherwise, and
+    /// the worker then treats the lease as lost. A lease that lives as long as its session (an
+    /// advisory lock) always lasts: the default. An expiry lease checks the expiry the store
+    /// last told it, so a holder that was stopped (SIGSTOP, a VM freeze) past its expiry does
+    /// not deliver on waking.
+    async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
+        let _ = needed;
+        Ok(())
     }
 
     /// The partition's head row, if any.

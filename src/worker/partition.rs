@@ -119,6 +119,9 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                     self.feed(drain, Input::HeadFetched(head.map(|h| to_head(h, now))));
                 }
                 Action::Deliver { partition, head, attempt, .. } => {
+                    // An expiry lease must outlast the delivery; no await comes between this
+                    // check and the delivery's own timeout.
+                    lease.ensure_lasts(self.delivery_timeout).await?;
                     let input = self.deliver(partition, &head, attempt).await;
                     self.feed(drain, input);
                 }

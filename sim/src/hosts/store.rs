@@ -7,6 +7,12 @@
 //! * an insert is invisible until its transaction commits;
 //! * a restart drops every session, lock and uncommitted insert, and keeps committed rows
 //!   (they live in [`Durable`], outside the host factory).
+//!
+//! Or, with an expiry lease (`Durable::expiry`), SQLite's lease rows: a row per partition with
+//! holder, epoch (incremented at each acquisition: the fencing token) and expiry by the store's
+//! clock, kept across restarts. A lease is free once its expiry passed; every fenced statement
+//! checks holder and epoch and renews the lease in the same step, and answers with the new
+//! expiry. Membership is a row per worker, renewed by its calls and ended with its session.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -66,6 +72,23 @@ pub struct Durable {
     pub layouts: BTreeMap<(String, u64), u64>,
     /// Whether heads are held by the per-key barrier (the online procedure's read).
     pub barrier: bool,
+    /// The expiry lease's length; `None`: session locks.
+    pub expiry: Option<Duration>,
+    /// The expiry leases: a row per partition ever leased.
+    pub leases: BTreeMap<PartitionId, LeaseRow>,
+    /// Expiry-lease membership: worker → (its registering session, expiry).
+    pub members: BTreeMap<String, (u64, Time)>,
+}
+
+/// An expiry lease's row.
+#[derive(Clone, Debug)]
+pub struct LeaseRow {
+    /// The holder, `None` once handed back.
+    pub holder: Option<String>,
+    /// The epoch of the last acquisition.
+    pub epoch: Epoch,
+    /// When it expires, by the store's clock.
+    pub expires_at: Time,
 }
 
 impl Durable {
@@ -108,6 +131,9 @@ pub struct StoreBreaks {
     /// `handover-always-clean`: every lease is granted as handed back cleanly, even after its
     /// last holder lost it.
     pub always_clean: bool,
+    /// `unfenced-expiry`: queue statements on an expiry lease check only that the partition has
+    /// an unexpired lease, not that it is theirs, and renew whichever it is.
+    pub unfenced_expiry: bool,
 }
 
 #[derive(Debug, Default)]
@@ -127,6 +153,9 @@ pub struct Volatile {
     /// (partition, session) → epoch. Exclusive unless `shared_locks`.
     locks: BTreeMap<(PartitionId, u64), Epoch>,
     uncommitted: BTreeMap<u64, (Seq, PartitionId, Row)>,
+    /// Sessions ended by [`StoreState::break_lease`] (`pg_terminate_backend`): their connection
+    /// is closed at its next request.
+    terminated: BTreeSet<u64>,
 }
 
 /// The whole store.
@@ -216,6 +245,7 @@ impl StoreState {
             rec.log(now(), "store", format_args!("session {id} of {w} ended ({why})"));
         }
         self.volatile.uncommitted.remove(&id);
+        self.durable.members.retain(|_, (s, _)| *s != id);
     }
 
     fn fenced(&self, session: u64, partition: PartitionId, epoch: Epoch) -> bool {
@@ -232,12 +262,52 @@ impl StoreState {
         at: Time,
         rec: &SharedRecorder,
     ) -> StoreResponse {
-        use StoreRequest as R;
+        if let Some(length) = self.durable.expiry {
+            let Some((partition, epoch)) = req.fence() else {
+                return self.answer(session, req, at, rec);
+            };
+            let loose = self.durable.breaks.unfenced_expiry && req.is_queue_statement();
+            let Some(until) = self.renew_lease(partition, epoch, at, length, loose) else {
+                return StoreResponse::NotHeld;
+            };
+            let answer = Box::new(self.answer(session, req, at, rec));
+            return StoreResponse::Lasts { until_us: until.0.as_micros() as u64, answer };
+        }
         if let Some((partition, epoch)) = req.fence() {
             if !self.fenced(session, partition, epoch) {
                 return StoreResponse::NotHeld;
             }
         }
+        self.answer(session, req, at, rec)
+    }
+
+    /// Renews `partition`'s expiry lease if epoch `epoch` holds it unexpired (or, `loose`, if
+    /// any epoch does): its new expiry, or `None` when the statement must be refused.
+    fn renew_lease(
+        &mut self,
+        partition: PartitionId,
+        epoch: Epoch,
+        at: Time,
+        length: Duration,
+        loose: bool,
+    ) -> Option<Time> {
+        let row = self.durable.leases.get_mut(&partition)?;
+        if row.holder.is_none() || row.expires_at <= at || (!loose && row.epoch != epoch) {
+            return None;
+        }
+        row.expires_at = at.saturating_add(length);
+        Some(row.expires_at)
+    }
+
+    /// Carries out a request that passed its fence.
+    fn answer(
+        &mut self,
+        session: u64,
+        req: StoreRequest,
+        at: Time,
+        rec: &SharedRecorder,
+    ) -> StoreResponse {
+        use StoreRequest as R;
         match req {
             R::Register { worker } => {
                 rec.borrow_mut().log(
@@ -245,19 +315,31 @@ impl StoreState {
                     "store",
                     format_args!("session {session} registers {worker}"),
                 );
+                if let Some(length) = self.durable.expiry {
+                    self.durable
+                        .members
+                        .insert(worker.clone(), (session, at.saturating_add(length)));
+                }
                 self.session(session).worker = Some(worker);
                 StoreResponse::Ok
             }
             R::LiveWorkers => {
-                let n = self.volatile.sessions.values().filter(|s| s.worker.is_some()).count();
+                let n = self.live_workers(session, at);
                 StoreResponse::Count(if self.durable.breaks.shared_locks { 1 } else { n as u64 })
             }
+            R::Renew { .. } => StoreResponse::Ok,
             R::Pooled => {
                 self.session(session).pooled = true;
                 StoreResponse::Ok
             }
             R::Ping => StoreResponse::Ok,
-            R::TryLock { partition, worker } => self.try_lock(session, partition, worker, rec),
+            R::TryLock { partition, worker } => match self.durable.expiry {
+                Some(length) => self.try_lease(partition, worker, at, length, rec),
+                None => self.try_lock(session, partition, worker, rec),
+            },
+            R::Unlock { partition, epoch, clean } if self.durable.expiry.is_some() => {
+                self.hand_back(partition, epoch, clean, at, rec)
+            }
             R::Unlock { partition, epoch, clean } => {
                 self.volatile.locks.remove(&(partition, session));
                 if clean {
@@ -290,8 +372,8 @@ impl StoreState {
                 );
                 StoreResponse::Ok
             }
-            R::DeadLetter { partition, seq, reason, .. } => {
-                self.dead_letter(partition, seq, reason, at, rec);
+            R::DeadLetter { partition, seq, attempts, reason, .. } => {
+                self.dead_letter(partition, seq, attempts, reason, at, rec);
                 StoreResponse::Ok
             }
             R::Insert { event_id, key, partition, layout } => {
@@ -333,11 +415,13 @@ impl StoreState {
         &mut self,
         partition: PartitionId,
         seq: Seq,
+        attempts: u32,
         reason: String,
         at: Time,
         rec: &SharedRecorder,
     ) {
-        let Some(row) = self.durable.dequeue(partition, seq) else { return };
+        let Some(mut row) = self.durable.dequeue(partition, seq) else { return };
+        row.attempts = attempts;
         let mut rec = rec.borrow_mut();
         rec.log(
             at,
@@ -377,7 +461,148 @@ impl StoreState {
         if clean {
             rec.log(now(), "store", format_args!("p{partition} was handed back clean"));
         }
-        StoreResponse::Lock(Some(Granted { epoch, clean }))
+        StoreResponse::Lock(Some(Granted { epoch, clean, until_us: None }))
+    }
+
+    /// Live workers: open control sessions, or with expiry leases unexpired member rows (the
+    /// caller's renewed first: a worker's membership call is its renewal).
+    fn live_workers(&mut self, session: u64, at: Time) -> usize {
+        let Some(length) = self.durable.expiry else {
+            return self.volatile.sessions.values().filter(|s| s.worker.is_some()).count();
+        };
+        if let Some(w) = self.volatile.sessions.get(&session).and_then(|s| s.worker.clone()) {
+            self.durable.members.insert(w, (session, at.saturating_add(length)));
+        }
+        self.durable.members.values().filter(|(_, until)| *until > at).count()
+    }
+
+    /// Takes `partition`'s expiry lease if it has no holder or its expiry passed (recording the
+    /// expired holder's loss).
+    fn try_lease(
+        &mut self,
+        partition: PartitionId,
+        worker: String,
+        at: Time,
+        length: Duration,
+        rec: &SharedRecorder,
+    ) -> StoreResponse {
+        let mut rec = rec.borrow_mut();
+        if let Some(row) = self.durable.leases.get(&partition) {
+            match &row.holder {
+                Some(_) if row.expires_at > at => return StoreResponse::Lock(None),
+                Some(old) => {
+                    rec.log(
+                        at,
+                        "store",
+                        format_args!("lease p{partition} epoch {} of {old} expired", row.epoch),
+                    );
+                    lease_change(&mut rec, partition, old.clone(), row.epoch, LeaseEvent::Lost);
+                    rec.fault("expired_takeover");
+                }
+                None => {}
+            }
+        }
+        let epoch = self.durable.epochs.entry(partition).or_default();
+        *epoch += 1;
+        let epoch = Epoch(*epoch);
+        let clean = self.durable.unclean.insert(partition) || self.durable.breaks.always_clean;
+        let expires_at = at.saturating_add(length);
+        let row = LeaseRow { holder: Some(worker.clone()), epoch, expires_at };
+        self.durable.leases.insert(partition, row);
+        lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Acquired);
+        if clean {
+            rec.log(at, "store", format_args!("p{partition} was handed back clean"));
+        }
+        let until_us = Some(expires_at.0.as_micros() as u64);
+        StoreResponse::Lock(Some(Granted { epoch, clean, until_us }))
+    }
+
+    /// Hands an expiry lease back (its fence passed): no holder, expired, clean or not.
+    fn hand_back(
+        &mut self,
+        partition: PartitionId,
+        epoch: Epoch,
+        clean: bool,
+        at: Time,
+        rec: &SharedRecorder,
+    ) -> StoreResponse {
+        let Some(row) = self.durable.leases.get_mut(&partition) else {
+            return StoreResponse::NotHeld;
+        };
+        let worker = row.holder.take().unwrap_or_default();
+        row.expires_at = Time::ZERO;
+        if clean {
+            self.durable.unclean.remove(&partition);
+        }
+        let mut rec = rec.borrow_mut();
+        lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Released);
+        let how = if clean { "clean" } else { "unclean" };
+        rec.log(at, "store", format_args!("p{partition} handed back {how}"));
+        StoreResponse::Ok
+    }
+
+    /// Empties the store as a freshly created database would be, keeping its lease model; session
+    /// ids stay unique (sessions of the old contents may still be open).
+    pub fn wipe(&mut self) {
+        let (next_session, expiry) = (self.volatile.next_session, self.durable.expiry);
+        *self = StoreState::default();
+        self.volatile.next_session = next_session;
+        self.durable.expiry = expiry;
+    }
+
+    /// Loses `partition`'s lease the way this store loses one: a session lock's session is
+    /// terminated (`pg_terminate_backend`; its connection closes at its next request), an
+    /// expiry lease expires now. Whether there was a lease to lose.
+    pub fn break_lease(&mut self, partition: PartitionId, rec: &SharedRecorder) -> bool {
+        let at = now();
+        if self.durable.expiry.is_some() {
+            let Some(row) = self.durable.leases.get_mut(&partition) else { return false };
+            row.expires_at = at;
+            return row.holder.is_some();
+        }
+        let held: Vec<u64> =
+            self.volatile.locks.keys().filter(|(p, _)| *p == partition).map(|(_, s)| *s).collect();
+        for session in &held {
+            self.volatile.terminated.insert(*session);
+            self.close_session(*session, "terminated", rec);
+        }
+        !held.is_empty()
+    }
+
+    /// Commits `event_id` of `key` on `partition` at once (an insert and its commit in one
+    /// step, for drivers and tests): its seq, or `None` when the id was committed before.
+    pub fn enqueue_committed(
+        &mut self,
+        event_id: &str,
+        key: &str,
+        partition: PartitionId,
+        rec: &SharedRecorder,
+    ) -> Option<Seq> {
+        if !self.durable.committed_ids.insert(event_id.to_owned()) {
+            return None;
+        }
+        self.durable.next_seq += 1;
+        let seq = Seq(self.durable.next_seq);
+        let row = Row {
+            origin: seq,
+            layout: 0,
+            event_id: event_id.to_owned(),
+            key: key.to_owned(),
+            attempts: 0,
+            not_before: None,
+            last_error: None,
+        };
+        let enqueued = Enqueued {
+            event_id: event_id.to_owned(),
+            key: key.to_owned(),
+            seq,
+            partition,
+            layout: 0,
+            at: now(),
+        };
+        rec.borrow_mut().enqueued(enqueued);
+        self.durable.queue(partition, seq, row);
+        Some(seq)
     }
 
     /// The partition's head. A head held by the online repartition's barrier comes back with
@@ -506,6 +731,9 @@ async fn serve(mut conn: Conn, state: SharedStore, rec: SharedRecorder, detectio
             Ok(Err(_)) => break "connection error",
             Err(_) => break "keepalive timeout",
         };
+        if state.borrow().volatile.terminated.contains(&id) {
+            break "terminated";
+        }
         let resp = state.borrow_mut().handle(id, req, now(), &rec);
         if conn.send(&resp).await.is_err() {
             break "connection error";

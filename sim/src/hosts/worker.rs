@@ -1,6 +1,15 @@
 //! The worker host: the production worker loop ([`keyorder::worker::run`]) with a store client
-//! and a deliverer that speak over turmoil TCP, and a clock that reads simulated time.
+//! and a deliverer that speak over turmoil TCP, and a clock that reads simulated time (offset
+//! by the worker's clock skew).
+//!
+//! A pause fault stops the worker's process: every store statement, renewal and delivery check
+//! waits at a gate until it resumes, so nothing reaches the store or an endpoint meanwhile,
+//! while the worker keeps its state and connections. The gate stands where the worker next
+//! touches its lease: a delivery passes the lease check after the gate, never before it (a
+//! stop between that check and the send, microseconds in production, is the one window no lease
+//! can cover, and the simulation does not sample it).
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,13 +26,35 @@ use crate::protocol::{
 };
 use crate::trace::{now, SharedRecorder};
 
-/// Simulated time, as every host sees it.
+/// Simulated time as a worker sees it: the store's clock plus the worker's offset (0 unless
+/// the scenario skews it), never before the start.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct SimClock;
+pub struct SimClock {
+    /// This clock's offset from the store's, in ms.
+    pub offset_ms: i64,
+}
 
 impl Clock for SimClock {
     fn now(&self) -> Time {
-        now()
+        let t = now();
+        let offset = Duration::from_millis(self.offset_ms.unsigned_abs());
+        Time(if self.offset_ms < 0 { t.0.saturating_sub(offset) } else { t.0 + offset })
+    }
+}
+
+/// How the worker's store client treats an expiry lease.
+#[derive(Clone, Copy, Debug)]
+pub struct ExpiryClient {
+    /// The margin of the delivery check: the stated bound on clock skew.
+    pub margin: Duration,
+    /// How often the holder renews each lease.
+    pub renew_every: Duration,
+}
+
+/// Waits while worker `name`'s process is stopped (a pause fault).
+async fn gate(control: &SharedControl, name: &str) {
+    while control.borrow().is_stopped(name) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -35,12 +66,30 @@ pub struct SimStore {
     request_timeout: Duration,
     /// `unfenced-lease`: statements go over a pooled connection, not the lease's.
     unfenced: bool,
+    /// The worker's clock.
+    clock: SimClock,
+    /// Expiry leases: the delivery check's margin and the renewal period; `None`: session locks.
+    expiry: Option<ExpiryClient>,
+}
+
+impl SimStore {
+    /// A store client for worker `worker`: session locks unless `expiry` is given.
+    pub fn new(
+        worker: &str,
+        control: SharedControl,
+        request_timeout: Duration,
+        clock: SimClock,
+        expiry: Option<ExpiryClient>,
+    ) -> Self {
+        Self { worker: worker.into(), control, request_timeout, unfenced: false, clock, expiry }
+    }
 }
 
 /// The worker's membership session.
 pub struct SimControl {
     conn: Conn,
     control: SharedControl,
+    worker: Rc<str>,
     request_timeout: Duration,
 }
 
@@ -54,6 +103,60 @@ pub struct SimLease {
     request_timeout: Duration,
     /// `unfenced-lease` only: the pooled connection statements go over instead of `conn`.
     pool: Option<Pool>,
+    worker: Rc<str>,
+    control: SharedControl,
+    /// Expiry leases only: what the holder knows of its expiry.
+    expiry: Option<Expiry>,
+}
+
+/// An expiry lease as its holder sees it: the expiry the store last answered (store time), the
+/// holder's clock to judge it by, and the renewal task (stopped with the lease).
+struct Expiry {
+    until: Rc<Cell<Time>>,
+    clock: SimClock,
+    margin: Duration,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Expiry {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
+/// The holder's renewal timer: renews the lease every `every` on a connection of its own, so
+/// renewal goes on during a long delivery. A refusal ends it (the next statement of the lease
+/// reports the loss); a failed connection is replaced at the next tick.
+async fn renew(
+    lease: (PartitionId, Epoch),
+    until: Rc<Cell<Time>>,
+    (worker, control): (Rc<str>, SharedControl),
+    every: Duration,
+    timeout: Duration,
+) {
+    let (partition, epoch) = lease;
+    let mut conn: Option<Conn> = None;
+    loop {
+        tokio::time::sleep(every).await;
+        gate(&control, &worker).await;
+        let late = control.borrow().late_renewals.get(&*worker).copied();
+        if let Some(late) = late {
+            tokio::time::sleep(late).await;
+            gate(&control, &worker).await;
+        }
+        if conn.is_none() {
+            conn = Conn::connect(("store", STORE_PORT), timeout).await.ok();
+        }
+        let Some(c) = &mut conn else { continue };
+        match c.call(&StoreRequest::Renew { partition, epoch }, "renew", timeout).await {
+            Ok(StoreResponse::Lasts { until_us, .. }) => {
+                until.set(until.get().max(Time(Duration::from_micros(until_us))));
+            }
+            Ok(StoreResponse::NotHeld) => return,
+            Ok(_) => {}
+            Err(_) => conn = None,
+        }
+    }
 }
 
 /// The `unfenced-lease` design's connection pool: a statement that fails is retried on a
@@ -74,12 +177,14 @@ impl Store for SimStore {
     type Lease = SimLease;
 
     async fn connect(&self, worker: &str) -> Result<SimControl, StoreError> {
+        gate(&self.control, &self.worker).await;
         let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
         let req = StoreRequest::Register { worker: worker.to_owned() };
         match conn.call(&req, "register", self.request_timeout).await? {
             StoreResponse::Ok => Ok(SimControl {
                 conn,
                 control: self.control.clone(),
+                worker: self.worker.clone(),
                 request_timeout: self.request_timeout,
             }),
             other => Err(unexpected("register", other)),
@@ -87,6 +192,7 @@ impl Store for SimStore {
     }
 
     async fn acquire(&self, partition: PartitionId) -> Result<Option<SimLease>, StoreError> {
+        gate(&self.control, &self.worker).await;
         let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
         let req = StoreRequest::TryLock { partition, worker: self.worker.to_string() };
         match conn.call(&req, "try_lock", self.request_timeout).await? {
@@ -97,6 +203,9 @@ impl Store for SimStore {
                 handover: if granted.clean { Handover::Clean } else { Handover::Unclean },
                 request_timeout: self.request_timeout,
                 pool: self.unfenced.then_some(Pool { conn: None }),
+                worker: self.worker.clone(),
+                control: self.control.clone(),
+                expiry: self.expiry_of(partition, granted.epoch, granted.until_us),
             })),
             StoreResponse::Lock(None) => Ok(None),
             other => Err(unexpected("try_lock", other)),
@@ -104,8 +213,30 @@ impl Store for SimStore {
     }
 }
 
+impl SimStore {
+    /// The holder's view of a granted expiry lease, with its renewal task started.
+    fn expiry_of(
+        &self,
+        partition: PartitionId,
+        epoch: Epoch,
+        until_us: Option<u64>,
+    ) -> Option<Expiry> {
+        let (client, until_us) = (self.expiry?, until_us?);
+        let until = Rc::new(Cell::new(Time(Duration::from_micros(until_us))));
+        let renewer = tokio::task::spawn_local(renew(
+            (partition, epoch),
+            until.clone(),
+            (self.worker.clone(), self.control.clone()),
+            client.renew_every,
+            self.request_timeout,
+        ));
+        Some(Expiry { until, clock: self.clock, margin: client.margin, renewer })
+    }
+}
+
 impl ControlSession for SimControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
+        gate(&self.control, &self.worker).await;
         match self
             .conn
             .call(&StoreRequest::LiveWorkers, "live_workers", self.request_timeout)
@@ -127,14 +258,43 @@ impl SimLease {
         req: StoreRequest,
         operation: &'static str,
     ) -> Result<StoreResponse, StoreError> {
+        gate(&self.control, &self.worker).await;
         if self.pool.is_some() {
             return self.pooled(req, operation).await;
         }
-        match self.conn.call(&req, operation, self.request_timeout).await? {
+        let answer = match &self.expiry {
+            Some(_) => self.call_anywhere(&req, operation).await?,
+            None => self.conn.call(&req, operation, self.request_timeout).await?,
+        };
+        match answer {
             StoreResponse::NotHeld => {
                 Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
             }
+            StoreResponse::Lasts { until_us, answer } => {
+                if let Some(e) = &self.expiry {
+                    e.until.set(e.until.get().max(Time(Duration::from_micros(until_us))));
+                }
+                Ok(*answer)
+            }
             other => Ok(other),
+        }
+    }
+
+    /// An expiry lease's statement: fenced by its epoch in the store, not by the connection, so
+    /// a failed connection is replaced and the statement sent once more (every fenced statement
+    /// is idempotent).
+    async fn call_anywhere(
+        &mut self,
+        req: &StoreRequest,
+        operation: &'static str,
+    ) -> Result<StoreResponse, StoreError> {
+        let timeout = self.request_timeout;
+        match self.conn.call(req, operation, timeout).await {
+            Ok(answer) => Ok(answer),
+            Err(_) => {
+                self.conn = Conn::connect(("store", STORE_PORT), timeout).await?;
+                self.conn.call(req, operation, timeout).await
+            }
         }
     }
 
@@ -203,6 +363,18 @@ impl LeaseSession for SimLease {
         self.handover
     }
 
+    async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
+        gate(&self.control, &self.worker).await;
+        let Some(e) = &self.expiry else { return Ok(()) };
+        // The store's expiry against this holder's clock, which may run up to the margin
+        // behind the store's.
+        if e.clock.now().saturating_add(needed + e.margin) < e.until.get() {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseEnding { partition: self.partition, epoch: self.epoch, needed })
+        }
+    }
+
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
         let req = StoreRequest::FetchHead { partition: self.partition, epoch: self.epoch };
         match self.fenced(req, "fetch_head").await? {
@@ -266,6 +438,10 @@ impl LeaseSession for SimLease {
         // pg_advisory_unlock on another session unlocks nothing).
         let clean = handover == Handover::Clean;
         let req = StoreRequest::Unlock { partition: self.partition, epoch: self.epoch, clean };
+        if self.expiry.is_some() {
+            return self.expect_ok(req, "unlock").await;
+        }
+        gate(&self.control, &self.worker).await;
         match self.conn.call(&req, "unlock", self.request_timeout).await? {
             StoreResponse::Ok => Ok(()),
             StoreResponse::NotHeld => {
@@ -438,6 +614,10 @@ pub struct WorkerHost {
     pub unfenced: bool,
     /// `parallel-in-partition`.
     pub parallel: bool,
+    /// The worker's clock.
+    pub clock: SimClock,
+    /// Expiry leases; `None`: session locks.
+    pub expiry: Option<ExpiryClient>,
 }
 
 impl WorkerHost {
@@ -457,6 +637,8 @@ impl WorkerHost {
                     control: this.control.clone(),
                     request_timeout: this.request_timeout,
                     unfenced: this.unfenced,
+                    clock: this.clock,
+                    expiry: this.expiry,
                 };
                 let deliver = SimDeliver {
                     worker: name,
@@ -467,7 +649,7 @@ impl WorkerHost {
                     parallel: this.parallel,
                 };
 
-                worker::run(store, deliver, SimClock, config, std::future::pending()).await;
+                worker::run(store, deliver, this.clock, config, std::future::pending()).await;
                 Ok(())
             })
         }

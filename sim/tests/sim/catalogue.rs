@@ -100,3 +100,8 @@ fn unbounded_retry_is_caught_as_stall() {
 fn an_always_clean_handover_is_caught_as_concurrent() {
     check(Break::HandoverAlwaysClean);
 }
+
+#[test]
+fn an_unfenced_expiry_lease_is_caught_as_concurrent() {
+    check(Break::UnfencedExpiry);
+}

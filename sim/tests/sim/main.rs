@@ -1,7 +1,13 @@
 //! Simulation tests, one binary (as turmoil's own tests): determinism, sweeps that must pass,
-//! saved regressions, and trace snapshots.
+//! the broken-design catalogue, saved regressions, trace snapshots, and the store conformance
+//! suite on the simulated store.
+
+// The store conformance suite every store runs (tests/sqlite, tests/pg), shared by path.
+#[path = "../../../tests/conformance/mod.rs"]
+mod conformance_suite;
 
 mod catalogue;
+mod conformance;
 mod determinism;
 mod fixtures;
 mod html;

@@ -28,6 +28,12 @@ fn small_sweep_has_no_violation_and_injects_every_fault() {
         "failing_endpoint",
         "poison_endpoint",
         "latency_jitter",
+        "expiry_lease",
+        "pause",
+        "pause_past_expiry",
+        "expired_takeover",
+        "late_renewal",
+        "clock_skew",
     ] {
         assert!(
             s.faults.get(kind).copied().unwrap_or(0) > 0,

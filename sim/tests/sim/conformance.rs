@@ -1,0 +1,201 @@
+//! The store conformance suite (tests/conformance) against the simulation's store: the very
+//! client the simulated workers use ([`SimStore`], the `Store` trait over turmoil TCP) talking
+//! to the store host, once with session locks (PostgreSQL's semantics) and once with expiry
+//! leases (SQLite's). The suite runs as a turmoil client; the fixture reads and writes the store
+//! host's state directly, as the other fixtures use SQL beside the trait.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use keyorder::key::{partition_key, Event};
+use keyorder::store::{LeaseSession, Store, StoreError};
+use keyorder::{PartitionId, Router};
+use keyorder_sim::control::{Control, SharedControl};
+use keyorder_sim::hosts::store::{self, SharedStore, StoreState};
+use keyorder_sim::hosts::worker::{ExpiryClient, SimClock, SimStore};
+use keyorder_sim::trace::{Recorder, SharedRecorder};
+
+use super::conformance_suite::{self as suite, count, Fixture};
+
+const REQUEST_TIMEOUT: Duration = Duration::from_millis(800);
+const DETECTION: Duration = Duration::from_secs(3);
+const EXPIRY: Duration = Duration::from_secs(2);
+
+/// The store host's state (wiped for each case: a fresh database) and a client factory.
+struct SimFixture {
+    state: SharedStore,
+    rec: SharedRecorder,
+    control: SharedControl,
+    expiry: Option<ExpiryClient>,
+    stores: Cell<u32>,
+}
+
+impl Fixture for SimFixture {
+    type S = SimStore;
+
+    fn store(&self) -> SimStore {
+        // Each handle is a worker process of its own, with its own name.
+        self.stores.set(self.stores.get() + 1);
+        let name = format!("conformance-{}", self.stores.get());
+        SimStore::new(
+            &name,
+            self.control.clone(),
+            REQUEST_TIMEOUT,
+            SimClock::default(),
+            self.expiry,
+        )
+    }
+
+    async fn enqueue(&self, events: &[Event]) -> (u64, Vec<String>) {
+        let router = Router::new(count());
+        let (mut inserted, mut duplicates) = (0, Vec::new());
+        let mut state = self.state.borrow_mut();
+        for e in events {
+            let key = partition_key(e).expect("suite events have keys");
+            match state.enqueue_committed(&e.event_id, key, router.route(key), &self.rec) {
+                Some(_) => inserted += 1,
+                None => duplicates.push(e.event_id.clone()),
+            }
+        }
+        (inserted, duplicates)
+    }
+
+    async fn queued(&self) -> Vec<(i64, u16)> {
+        let state = self.state.borrow();
+        let mut rows: Vec<(i64, u16)> =
+            state.durable.rows.keys().map(|(p, seq)| (seq.0, p.0)).collect();
+        rows.sort_unstable();
+        rows
+    }
+
+    async fn dead(&self) -> Vec<(i64, String, i64, String)> {
+        let state = self.state.borrow();
+        let dead = state.durable.dead.iter();
+        dead.map(|(seq, row, why)| {
+            (seq.0, row.event_id.clone(), i64::from(row.attempts), why.clone())
+        })
+        .collect()
+    }
+
+    async fn lag(&self) -> Vec<(i64, i64, i64)> {
+        let state = self.state.borrow();
+        let mut lag: Vec<(i64, i64, i64)> = Vec::new();
+        // Rows are in (partition, seq) order: the first of a partition is its head.
+        for ((p, _), row) in &state.durable.rows {
+            match lag.last_mut() {
+                Some(last) if last.0 == i64::from(p.0) => last.1 += 1,
+                _ => lag.push((i64::from(p.0), 1, i64::from(row.attempts))),
+            }
+        }
+        lag
+    }
+
+    async fn row(&self, seq: i64) -> Option<(i64, Option<String>)> {
+        let state = self.state.borrow();
+        let mut rows = state.durable.rows.iter();
+        rows.find(|((_, s), _)| s.0 == seq)
+            .map(|(_, r)| (i64::from(r.attempts), r.last_error.clone()))
+    }
+
+    async fn break_lease(&self, partition: PartitionId) {
+        let broke = self.state.borrow_mut().break_lease(partition, &self.rec);
+        assert!(broke, "no lease held partition {partition}");
+    }
+}
+
+/// Runs `client` in one turmoil simulation beside a store host with `expiry` leases (`None`:
+/// session locks); `client` gets the store's state, the recorder and the client settings.
+fn in_sim<Fut>(expiry: Option<Duration>, client: impl FnOnce(Shared) -> Fut + 'static)
+where
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let mut sim =
+        turmoil::Builder::new().rng_seed(7).simulation_duration(Duration::from_secs(3_600)).build();
+    let state: SharedStore = Rc::new(RefCell::new(StoreState::default()));
+    state.borrow_mut().durable.expiry = expiry;
+    let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::default()));
+    sim.host("store", store::host(state.clone(), rec.clone(), DETECTION));
+    let settings =
+        expiry.map(|e| ExpiryClient { margin: Duration::from_millis(150), renew_every: e / 3 });
+    let shared = Shared { state, rec, expiry: settings };
+    sim.client("suite", async move {
+        client(shared).await;
+        Ok(())
+    });
+    sim.run().expect("the client's checks pass on the simulated store");
+}
+
+/// What a client of [`in_sim`] shares with the store host.
+#[derive(Clone)]
+struct Shared {
+    state: SharedStore,
+    rec: SharedRecorder,
+    expiry: Option<ExpiryClient>,
+}
+
+impl Shared {
+    /// A fixture on the store as it is now.
+    fn fixture(&self) -> SimFixture {
+        SimFixture {
+            state: self.state.clone(),
+            rec: self.rec.clone(),
+            control: Control::new(count()),
+            expiry: self.expiry,
+            stores: Cell::new(0),
+        }
+    }
+}
+
+/// Runs the whole suite, each case on a wiped store.
+fn conforms(expiry: Option<Duration>) {
+    in_sim(expiry, |shared| async move {
+        suite::all(|_name| {
+            shared.state.borrow_mut().wipe();
+            let fixture = shared.fixture();
+            async move { fixture }
+        })
+        .await;
+    });
+}
+
+#[test]
+fn the_simulated_store_conforms_with_session_locks() {
+    conforms(None);
+}
+
+#[test]
+fn the_simulated_store_conforms_with_expiry_leases() {
+    conforms(Some(EXPIRY));
+}
+
+/// The `unfenced-expiry` switch removes the epoch check and nothing else: a holder whose lease
+/// expired and was taken over is refused with the check, and with the switch on reads the new
+/// holder's head, passes its delivery check (the store answered with the new holder's expiry)
+/// and acknowledges the row, so the conformance suite's fencing case would fail on it.
+#[test]
+fn the_unfenced_expiry_switch_lets_an_expired_holder_advance_the_partition() {
+    in_sim(Some(EXPIRY), |shared| async move {
+        let fx = shared.fixture();
+        let key = suite::key_on(0, 0);
+        fx.enqueue(&[suite::event("u0", &key), suite::event("u1", &key)]).await;
+        let (a, b) = (fx.store(), fx.store());
+        let mut old = a.acquire(PartitionId(0)).await.unwrap().expect("a free partition");
+        let head = old.fetch_head().await.unwrap().expect("a head");
+        fx.break_lease(PartitionId(0)).await;
+        let new = b.acquire(PartitionId(0)).await.unwrap().expect("the expired lease is free");
+        assert!(new.epoch() > old.epoch());
+        let fenced = old.fetch_head().await;
+        assert!(matches!(fenced, Err(StoreError::LeaseNotHeld { .. })), "{fenced:?}");
+
+        shared.state.borrow_mut().durable.breaks.unfenced_expiry = true;
+        let unfenced = old.fetch_head().await.expect("unfenced, the old holder reads on");
+        assert_eq!(unfenced.map(|h| h.seq), Some(head.seq), "the new holder's head");
+        old.ensure_lasts(Duration::from_millis(400)).await.expect("and trusts the answered expiry");
+        old.ack(head.seq).await.expect("unfenced, the old holder acknowledges");
+        assert_eq!(fx.queued().await.len(), 1, "the lost lease advanced the partition");
+        // The statements renewed the lease they found, which stays the new holder's.
+        let row = shared.state.borrow().durable.leases[&PartitionId(0)].clone();
+        assert_eq!(row.epoch, new.epoch(), "the lease is still the new holder's");
+    });
+}
