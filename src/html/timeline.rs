@@ -5,7 +5,7 @@
 //!
 //! Pure string building: no IO, no clock, no network at view time (inline SVG, CSS and a
 //! little JavaScript; nothing is fetched). Every piece of text from the history goes through
-//! [`escape`](super::escape).
+//! [`super::escape`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

@@ -1,5 +1,6 @@
 //! `keyorder-sim replay SEED`: one run, its verdict and trace hash.
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -47,17 +48,24 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             "faults": outcome.faults,
             "switches": outcome.switches,
         });
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        super::emit(&format!("{}\n", serde_json::to_string_pretty(&json)?))?;
     } else {
         if let Some(trace) = outcome.trace.as_ref().filter(|_| args.trace) {
             super::emit(trace)?;
         }
-        println!("seed {}  trace hash {}", outcome.seed, outcome.trace_hash);
-        println!("simulated {} ms, quiesced: {}", outcome.simulated_ms, outcome.quiesced);
+        // One write for the summary too: `replay … | head` must not panic on a closed pipe.
+        let mut text = format!("seed {}  trace hash {}\n", outcome.seed, outcome.trace_hash);
+        let _ =
+            writeln!(text, "simulated {} ms, quiesced: {}", outcome.simulated_ms, outcome.quiesced);
         let faults: Vec<String> = outcome.faults.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("faults: {}", if faults.is_empty() { "none".into() } else { faults.join(" ") });
+        let _ = writeln!(
+            text,
+            "faults: {}",
+            if faults.is_empty() { "none".into() } else { faults.join(" ") }
+        );
         for s in &outcome.switches {
-            println!(
+            let _ = writeln!(
+                text,
                 "switch {} -> {}: {} (write pause {} ms, drain {} ms)",
                 s.from,
                 s.to,
@@ -66,7 +74,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
                 s.drain_ms
             );
         }
-        print!("{}", outcome.verdict);
+        let _ = write!(text, "{}", outcome.verdict);
+        super::emit(&text)?;
     }
     Ok(if outcome.verdict.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
