@@ -199,13 +199,7 @@ impl Planner {
         keys: &[K],
         weights: &[f64],
     ) -> Result<(), PlanError> {
-        debug_assert_eq!(keys.len(), weights.len(), "one weight per key");
-        if let Some(i) = weights.iter().position(|w| !w.is_finite() || *w < 0.0) {
-            return Err(PlanError::BadWeight {
-                key: keys[i].as_ref().to_owned(),
-                weight: weights[i],
-            });
-        }
+        // `add_digested` refuses a bad weight before it counts anything.
         let mut digests = std::mem::take(&mut self.digests);
         digest_many(keys, &mut digests);
         let added = self.add_digested(keys, &digests, weights);
@@ -563,6 +557,74 @@ mod tests {
         assert_eq!(p.keys_before.iter().sum::<u64>(), 2000);
         assert_eq!(p.predicted_drain_seconds, Some(2.0));
         assert_eq!(p.checklist.len(), 5);
+        // The heaviest moves, from the move matrix: real moves, heaviest first, each counted
+        // exactly as routing moves its keys.
+        assert_eq!(p.top_moves.len(), TOP_MOVES, "16 -> 32 has 16 move pairs, 10 shown");
+        for m in &p.top_moves {
+            let keys = keys
+                .iter()
+                .filter(|(k, _)| {
+                    crate::partition_for(k, count(16)) == m.from
+                        && crate::partition_for(k, count(32)) == m.to
+                })
+                .count() as u64;
+            assert_eq!((m.keys, m.weight), (keys, keys as f64), "{m:?}");
+        }
+        assert!(p.top_moves.windows(2).all(|w| w[0].weight >= w[1].weight));
+    }
+
+    #[test]
+    fn weights_and_counts_add_up_per_partition() {
+        // Weights other than 1, so a product in place of a sum shows.
+        let keys: Vec<(String, f64)> =
+            (0..300).map(|i| (format!("sub_{i}"), 0.5 + f64::from(i % 7))).collect();
+        let refs: Vec<(&str, f64)> = keys.iter().map(|(k, w)| (k.as_str(), *w)).collect();
+        let p = plan(8, 12, &refs);
+        let (mut before, mut after) = (vec![0.0; 8], vec![0.0; 12]);
+        let (mut kb, mut ka) = (vec![0u64; 8], vec![0u64; 12]);
+        let (mut moved, mut moved_weight) = (0u64, 0.0);
+        for (k, w) in &keys {
+            let (b, a) = (crate::partition_for(k, count(8)), crate::partition_for(k, count(12)));
+            before[usize::from(b.0)] += w;
+            after[usize::from(a.0)] += w;
+            kb[usize::from(b.0)] += 1;
+            ka[usize::from(a.0)] += 1;
+            if b != a {
+                moved += 1;
+                moved_weight += w;
+            }
+        }
+        let total: f64 = keys.iter().map(|(_, w)| w).sum();
+        assert_eq!(p.keys, 300);
+        assert_eq!((p.partitions_before, p.partitions_after), (before, after));
+        assert_eq!((p.keys_before, p.keys_after), (kb, ka));
+        assert_eq!(p.moved_keys, moved);
+        assert!((p.weight - total).abs() < 1e-9);
+        assert!((p.moved_fraction - moved as f64 / 300.0).abs() < 1e-12);
+        assert!((p.moved_weight_fraction - moved_weight / total).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_zero_weight_is_accepted() {
+        let mut p = Planner::new(count(4), count(8), Overrides::new(), Overrides::new()).unwrap();
+        assert_eq!(p.add_batch(&["k"], &[0.0]), Ok(()));
+        assert!(matches!(
+            p.add_batch(&["k"], &[f64::NEG_INFINITY]),
+            Err(PlanError::BadWeight { .. })
+        ));
+        assert!(matches!(p.add_batch(&["k"], &[f64::INFINITY]), Err(PlanError::BadWeight { .. })));
+    }
+
+    #[test]
+    fn a_move_matrix_too_large_to_keep_is_left_out() {
+        // 32767 x 32766 cells is far past the bound: the moves are still counted.
+        let p = plan(32767, 32766, &[("a", 1.0), ("b", 1.0), ("c", 1.0)]);
+        assert!(p.top_moves.is_empty());
+        assert_eq!(p.keys_before.iter().sum::<u64>(), 3);
+        // 2048 x 512 cells is exactly the bound: kept.
+        let keys: Vec<(String, f64)> = (0..200).map(|i| (format!("sub_{i}"), 1.0)).collect();
+        let refs: Vec<(&str, f64)> = keys.iter().map(|(k, w)| (k.as_str(), *w)).collect();
+        assert!(!plan(2048, 512, &refs).top_moves.is_empty());
     }
 
     #[test]

@@ -98,6 +98,8 @@ fn reorder_is_reported_with_both_events() {
     let c = v.finding(Kind::Reorder).unwrap().first.as_ref().unwrap();
     assert_eq!(c.seqs, vec![Seq(2), Seq(1)]);
     assert_eq!(c.key, "a");
+    assert!(!v.is_ok(), "a reorder breaks the contract");
+    assert_eq!(v.violated(), vec![Kind::Reorder]);
 }
 
 #[test]
