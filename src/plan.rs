@@ -605,6 +605,25 @@ mod tests {
     }
 
     #[test]
+    fn the_heaviest_keys_are_kept_heaviest_first_whatever_the_input_order() {
+        // Descending, ascending and interleaved input orders give the same ten.
+        let weights: Vec<f64> = (0..30).map(|i| f64::from(i) + 1.0).collect();
+        let names: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+        let want: Vec<(String, f64)> =
+            (20..30).rev().map(|i| (names[i].clone(), weights[i])).collect();
+        let orders: [Vec<usize>; 3] =
+            [(0..30).rev().collect(), (0..30).collect(), (0..30).map(|i| (i * 7) % 30).collect()];
+        for order in orders {
+            let keys: Vec<(&str, f64)> =
+                order.iter().map(|&i| (names[i].as_str(), weights[i])).collect();
+            let p = plan(4, 8, &keys);
+            let got: Vec<(String, f64)> =
+                p.heaviest_keys.iter().map(|k| (k.key.clone(), k.weight)).collect();
+            assert_eq!(got, want, "input order {order:?}");
+        }
+    }
+
+    #[test]
     fn a_zero_weight_is_accepted() {
         let mut p = Planner::new(count(4), count(8), Overrides::new(), Overrides::new()).unwrap();
         assert_eq!(p.add_batch(&["k"], &[0.0]), Ok(()));
