@@ -656,6 +656,12 @@ mod tests {
         let max = p.partitions_after.iter().copied().fold(0.0, f64::max);
         assert!((p.skew_after - max / (1003.0 / 8.0)).abs() < 1e-9);
         assert!(p.report().contains("WHALE \"whale\""));
+        // A key above the remainder of total / count but below the mean is no whale.
+        let p = plan(4, 8, &[("whale", 1000.0), ("a", 10.0), ("b", 1.0), ("c", 1.0)]);
+        assert_eq!(p.whales.iter().map(|k| k.key.as_str()).collect::<Vec<_>>(), ["whale"]);
+        // Keys exactly at the mean are no whales: an even spread has none.
+        let p = plan(2, 4, &[("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 1.0)]);
+        assert!(p.whales.is_empty(), "{:?}", p.whales);
     }
 
     #[test]
