@@ -279,8 +279,7 @@ impl Planner {
         });
         top_moves.truncate(TOP_MOVES);
         let target_mean = total / f64::from(to);
-        let whales =
-            self.top.iter().filter(|k| total > 0.0 && k.weight > target_mean).cloned().collect();
+        let whales = self.top.iter().filter(|k| k.weight > target_mean).cloned().collect();
         let predicted_drain_seconds = drain.map(|d| {
             let deepest = d.depth.iter().copied().max().unwrap_or(0) as f64;
             if d.rate_per_partition > 0.0 {

@@ -114,4 +114,11 @@ fn bad_input_exits_2_naming_what_is_wrong() {
     assert_eq!(out.status.code(), Some(2));
     let out = keyorder(&["plan", "--from", "16", "--to", "32", "--keys", "/nonexistent/keys.csv"]);
     assert_eq!(out.status.code(), Some(2));
+    // A drain rate that predicts nothing (zero, not a number) is refused, not printed as inf.
+    for rate in ["0", "nan", "fast"] {
+        let out = keyorder(&["plan", "--from", "16", "--to", "32", "--drain-rate", rate]);
+        assert_eq!(out.status.code(), Some(2), "--drain-rate {rate}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--drain-rate"), "{err}");
+    }
 }

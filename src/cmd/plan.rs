@@ -33,7 +33,7 @@ pub struct PlanArgs {
     #[arg(long)]
     workers: Option<usize>,
     /// Deliveries per second one partition drains, for the drain prediction.
-    #[arg(long, default_value_t = 1000.0)]
+    #[arg(long, default_value_t = 1000.0, value_parser = parse_rate)]
     drain_rate: f64,
     /// Print one JSON object instead of the report.
     #[arg(long)]
@@ -66,6 +66,15 @@ struct Verdict {
 
 fn parse_count(text: &str) -> Result<PartitionCount, String> {
     text.parse::<PartitionCount>().map_err(|e| e.to_string())
+}
+
+/// A drain rate: a finite number of deliveries per second above zero.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        Ok(_) => Err(format!("{text} is not a rate: give deliveries per second above 0")),
+        Err(e) => Err(format!("{text:?} is not a number: {e}")),
+    }
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
