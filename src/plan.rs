@@ -623,6 +623,24 @@ mod tests {
     }
 
     #[test]
+    fn the_small_helpers_hold_at_their_edges() {
+        // A JSON row without a weight weighs 1; a CSV weight of 0 is allowed.
+        assert_eq!(parse_sample_line(r#"{"key":"k"}"#), Ok(("k".into(), 1.0)));
+        assert_eq!(parse_sample_line("k,0"), Ok(("k".into(), 0.0)));
+        // Skew of nothing, or of weightless partitions, is 0 (not NaN).
+        assert_eq!(skew(&[]), 0.0);
+        assert_eq!(skew(&[0.0, 0.0]), 0.0);
+        assert_eq!(skew(&[1.0, 3.0]), 1.5);
+        assert_eq!((gcd(12, 18), gcd(18, 12), gcd(7, 0), gcd(16, 32)), (6, 6, 7, 16));
+        // 12 -> 18 keeps gcd/max = 6/18 of the keys in place.
+        let p = plan(12, 18, &[("a", 1.0)]);
+        assert!((p.expected_moved_fraction - 2.0 / 3.0).abs() < 1e-12);
+        // An empty sample moves nothing, rather than 0/0.
+        let p = plan(4, 8, &[]);
+        assert_eq!((p.keys, p.moved_fraction, p.moved_weight_fraction), (0, 0.0, 0.0));
+    }
+
+    #[test]
     fn a_zero_weight_is_accepted() {
         let mut p = Planner::new(count(4), count(8), Overrides::new(), Overrides::new()).unwrap();
         assert_eq!(p.add_batch(&["k"], &[0.0]), Ok(()));
