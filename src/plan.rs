@@ -641,6 +641,49 @@ mod tests {
     }
 
     #[test]
+    fn the_report_draws_bars_to_scale_and_lists_the_moves() {
+        // Exactly: find keys for partitions 0 and 1 of 2, weigh them 4 and 1.
+        let key_on = |p: u16, n: i64| {
+            (0..)
+                .map(|i| format!("k{i}"))
+                .filter(|k| crate::partition_for(k, count(n)).0 == p)
+                .nth(0)
+                .unwrap()
+        };
+        let (heavy, light) = (key_on(0, 2), key_on(1, 2));
+        let p = plan(2, 3, &[(heavy.as_str(), 4.0), (light.as_str(), 1.0)]);
+        let report = p.report();
+        let bar = |title: &str, partition: usize| {
+            let section = report.split(title).nth(1).expect(title);
+            let line = section.lines().nth(1 + partition).expect("a bar line");
+            line.chars().filter(|&c| c == '#').count()
+        };
+        assert_eq!(bar("load per partition before", 0), 40, "{report}");
+        assert_eq!(bar("load per partition before", 1), 10, "{report}");
+        assert_eq!(report.contains("heaviest moves"), !p.top_moves.is_empty(), "{report}");
+        // Past 64 partitions only the ten heaviest get a bar.
+        let p = plan(100, 101, &[("a", 1.0)]);
+        let report = p.report();
+        let m = p.top_moves.first().expect("\"a\" moves from 100 to 101 partitions");
+        let listed = format!(
+            "heaviest moves (from -> to: keys, weight):\n  p{} -> p{}: 1 keys",
+            m.from, m.to
+        );
+        assert!(report.contains(&listed), "{report}");
+        assert!(report.contains("load per partition before (the 10 heaviest of 100):"), "{report}");
+        let section = report.split("(the 10 heaviest of 100):").nth(1).unwrap();
+        assert_eq!(section.lines().skip(1).take_while(|l| l.starts_with("  p")).count(), 10);
+        // A zero drain rate gives no estimate rather than "about inf s".
+        let mut planner =
+            Planner::new(count(4), count(8), Overrides::new(), Overrides::new()).unwrap();
+        planner.add_batch(&["k"], &[1.0]).unwrap();
+        let drain = DrainInput { depth: vec![5], rate_per_partition: 0.0 };
+        let p = planner.finish(None, Some(&drain));
+        assert!(p.checklist.iter().any(|c| c.contains("no estimate")), "{:?}", p.checklist);
+        assert!(!p.checklist.iter().any(|c| c.contains("inf")), "{:?}", p.checklist);
+    }
+
+    #[test]
     fn a_zero_weight_is_accepted() {
         let mut p = Planner::new(count(4), count(8), Overrides::new(), Overrides::new()).unwrap();
         assert_eq!(p.add_batch(&["k"], &[0.0]), Ok(()));

@@ -574,6 +574,12 @@ mod tests {
         let mut out = vec![1, 2, 3, 4];
         digest_many(&keys, &mut out);
         assert_eq!(out, vec![key_digest("sub_42"), key_digest("sub_7"), key_digest("")]);
+        let mut slots = [0u64; 3];
+        digest_into(&keys, &mut slots);
+        assert_eq!(slots.to_vec(), out);
+        let mut parts = [PartitionId(99); 3];
+        route_into(&keys, count(16), &mut parts);
+        assert_eq!(parts, keys.map(|k| partition_for(k, count(16))));
         let d = key_digest("sub_42");
         assert_eq!(partition_of_digest(d, count(16)), PartitionId(2));
         assert_eq!(partition_of_digest(d, count(1000)), PartitionId((d % 1000) as u16));
