@@ -569,6 +569,15 @@ mod tests {
     }
 
     #[test]
+    fn the_backend_label_names_the_path_taken() {
+        let detected = if Avx2::detect().is_some() { "avx2" } else { "portable" };
+        assert_eq!(one_block_backend(Lanes::Detect), detected);
+        assert_eq!(one_block_backend(Lanes::Portable), "portable");
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(Avx2::detect().is_some(), std::is_x86_feature_detected!("avx2"));
+    }
+
+    #[test]
     fn digests_of_a_batch_equal_the_single_digests() {
         let keys = ["sub_42", "sub_7", ""];
         let mut out = vec![1, 2, 3, 4];
