@@ -536,6 +536,39 @@ mod tests {
         assert_eq!(out, single);
     }
 
+    /// Keys of every length 0..=300 in a fixed shuffle, so one-block groups of four mix
+    /// lengths across the 32/64/128-byte word counts (and stale longer keys sit in the lanes
+    /// before short ones), and more than a chunk of long keys queue up between them.
+    #[test]
+    fn batches_of_every_length_equal_single_keys_with_and_without_simd() {
+        let text: String = (0..300u32).map(|i| char::from(b'a' + (i * 7 % 26) as u8)).collect();
+        let mut keys: Vec<&str> = Vec::new();
+        for round in 0..3 {
+            for len in 0..=300 {
+                keys.push(&text[(round * 11) % (301 - len).max(1)..][..len]);
+            }
+        }
+        // A deterministic shuffle: multiply the index by a unit modulo the length.
+        let n = keys.len();
+        let shuffled: Vec<&str> = (0..n).map(|i| keys[(i * 389) % n]).collect();
+        let single: Vec<PartitionId> =
+            shuffled.iter().map(|k| partition_for(k, count(61))).collect();
+        let digests: Vec<u64> = shuffled.iter().map(|k| key_digest(k)).collect();
+        for lanes in [Lanes::Detect, Lanes::Portable] {
+            let mut out = Vec::new();
+            route_many_with(&shuffled, count(61), &mut out, lanes);
+            assert_eq!(out, single, "{lanes:?}");
+            let mut ds = Vec::new();
+            digest_many_with(&shuffled, &mut ds, lanes);
+            assert_eq!(ds, digests, "{lanes:?}");
+            // Batch sizes that end mid-group and mid-chunk.
+            for size in [1, 3, 5, 63, 65, 130] {
+                route_many_with(&shuffled[..size], count(61), &mut out, lanes);
+                assert_eq!(out, single[..size], "{lanes:?}, {size} keys");
+            }
+        }
+    }
+
     #[test]
     fn overrides_win_and_are_validated() {
         let mut pins = Overrides::new();
