@@ -646,8 +646,7 @@ mod tests {
         let key_on = |p: u16, n: i64| {
             (0..)
                 .map(|i| format!("k{i}"))
-                .filter(|k| crate::partition_for(k, count(n)).0 == p)
-                .nth(0)
+                .find(|k| crate::partition_for(k, count(n)).0 == p)
                 .unwrap()
         };
         let (heavy, light) = (key_on(0, 2), key_on(1, 2));

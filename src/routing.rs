@@ -241,11 +241,7 @@ pub fn digest_into_with<K: AsRef<str>>(keys: &[K], out: &mut [u64], lanes: Lanes
 /// keys and within the long keys, but a long key's digest may come after later short keys'.
 /// One-block keys go four at a time through the AVX2 lanes (or one at a time through the
 /// portable compression); long keys are gathered [`LONG_CHUNK`] at a time for `blake2b_simd`.
-fn for_each_digest<'k, K: AsRef<str>>(
-    keys: &'k [K],
-    lanes: Lanes,
-    mut emit: impl FnMut(usize, u64),
-) {
+fn for_each_digest<K: AsRef<str>>(keys: &[K], lanes: Lanes, mut emit: impl FnMut(usize, u64)) {
     let avx2 = match lanes {
         Lanes::Detect => Avx2::detect(),
         Lanes::Portable => None,
