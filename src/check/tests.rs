@@ -360,3 +360,24 @@ fn a_new_layout_row_delivered_as_the_old_row_leaves_is_not_split() {
     b.deliver_at(2, acked_at, Outcome::Accepted).ack(2);
     assert_eq!(only(&b.verdict()), vec![]);
 }
+
+#[test]
+fn an_old_layout_row_enqueued_as_a_new_layout_row_arrives_is_a_split() {
+    // Seq 1 is routed by the new layout (partition 5); seq 2 by a producer still on the old
+    // one (partition 0). At the very instant seq 2 is enqueued, seq 1 arrives: the key is on
+    // two partitions at once.
+    let split = |arrives_at: u64| {
+        let mut b = Builder::default();
+        b.layout = 1;
+        b.enqueue(1, "a", 5);
+        b.layout = 0;
+        b.enqueue(2, "a", 0);
+        b.now = 10;
+        b.deliver_at(1, arrives_at, Outcome::Accepted).ack(1).deliver(2).ack(2);
+        only(&b.verdict())
+    };
+    let enqueued_at = 2;
+    assert_eq!(split(enqueued_at), vec![(Kind::SplitKey, 1)]);
+    // One millisecond earlier the old-layout row was not queued yet.
+    assert_eq!(split(enqueued_at - 1), vec![]);
+}
