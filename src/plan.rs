@@ -750,4 +750,18 @@ mod tests {
         assert_eq!(a.partitions_per_worker, 2);
         assert!((a.balance - 1.0).abs() < 1e-12, "4+1 and 3+2 balance exactly");
     }
+
+    #[test]
+    fn a_zero_drain_rate_of_either_sign_predicts_an_infinite_drain() {
+        // The library takes any rate (the CLI refuses zero): a partition that drains nothing
+        // never empties, whatever is queued and whatever the sign of the zero.
+        let drain_seconds = |depth: Vec<u64>, rate: f64| {
+            let p = Planner::new(count(4), count(8), Overrides::new(), Overrides::new()).unwrap();
+            p.finish(None, Some(&DrainInput { depth, rate_per_partition: rate }))
+                .predicted_drain_seconds
+        };
+        assert_eq!(drain_seconds(vec![5, 0], -0.0), Some(f64::INFINITY));
+        assert_eq!(drain_seconds(vec![0, 0], 0.0), Some(f64::INFINITY));
+        assert_eq!(drain_seconds(vec![5, 0], 2.5), Some(2.0));
+    }
 }
