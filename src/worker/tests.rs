@@ -297,6 +297,8 @@ enum Reply {
     Status(u16, Option<Duration>),
     /// Never answers.
     Hang,
+    /// Accepts after this long.
+    Slow(Duration),
     Panic,
 }
 
@@ -367,6 +369,10 @@ impl Deliver for Endpoint {
                 Err(DeliverError::Status { status, retry_after })
             }
             Reply::Hang => std::future::pending().await,
+            Reply::Slow(after) => {
+                tokio::time::sleep(after).await;
+                Ok(())
+            }
             Reply::Panic => panic!("endpoint exploded"),
         }
     }
@@ -977,6 +983,9 @@ async fn a_shrinking_partition_count_gives_back_what_is_beyond_it_and_fills_the_
             db.others = 1;
             db.foreign.extend([1, 2, 3, 4, 6, 7].map(p));
         }
+        // p5 is mid-delivery from 0 to 1500, so its hand-back completes only then.
+        let slow = h.enqueue(5);
+        h.script(slow, &[Reply::Slow(Duration::from_millis(1500))]);
         let worker = h.start(h.config("w1"));
         h.at(500).await;
         assert_eq!(h.held(), BTreeSet::from([0, 5]), "a share of 4, only two free");
@@ -986,10 +995,19 @@ async fn a_shrinking_partition_count_gives_back_what_is_beyond_it_and_fills_the_
             db.others = 0;
             db.foreign.clear();
         }
-        h.at(1500).await;
+        h.at(1200).await;
+        // The rebalance at 1000 counts only 0 as kept: it fills the share at once, while 5
+        // finishes its delivery before it is given back.
+        let taken: Vec<(u16, u64)> =
+            h.db.borrow().acquired.iter().map(|a| (a.0 .0, ms(a.3))).collect();
+        assert_eq!(taken, [(0, 0), (5, 0), (1, 1000), (2, 1000), (3, 1000)]);
+        assert_eq!(h.held(), BTreeSet::from([0, 1, 2, 3, 5]));
+        h.at(1700).await;
         assert_eq!(h.held(), BTreeSet::from([0, 1, 2, 3]), "5 is gone, the share is 4");
-        let released: Vec<u16> = h.db.borrow().releases.iter().map(|r| r.0 .0).collect();
-        assert_eq!(released, [5]);
+        let released: Vec<(u16, u64)> =
+            h.db.borrow().releases.iter().map(|r| (r.0 .0, ms(r.3))).collect();
+        assert_eq!(released, [(5, 1500)]);
+        assert_eq!(h.db.borrow().acks.iter().map(|a| a.1).collect::<Vec<_>>(), [slow]);
         let report = worker.stop().await;
         assert_eq!(report, WorkerReport { acquired: 5, released: 5, lost: 0 });
     })
@@ -1219,6 +1237,36 @@ async fn jitter_differs_between_worker_seeds_and_between_partitions() {
             assert_eq!(distinct.len(), seeds.len(), "p{partition}: a seed repeated another's");
         }
         assert_eq!(first_backoffs(1 << 32).await, draws[4], "the same seed draws the same");
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_lease_of_a_partition_draws_its_own_jitter() {
+    let h = Harness::new(1);
+    local(async {
+        let under_first = h.enqueue(0);
+        h.script(under_first, &[Reply::Status(503, None)]);
+        let mut config = h.config("w1");
+        config.retry =
+            RetryPolicy::new(5, Duration::from_secs(1), Duration::from_secs(30)).unwrap();
+        let worker = h.start(config);
+        h.at(2500).await;
+        h.break_lease(0);
+        let under_second = h.enqueue(0);
+        h.script(under_second, &[Reply::Status(503, None)]);
+        h.at(6000).await;
+        {
+            let db = h.db.borrow();
+            let epochs: Vec<u64> = db.acquired.iter().map(|a| a.1 .0).collect();
+            assert_eq!(epochs, [1, 2]);
+            // Both first failures of an event, so both drew the first backoff of their lease.
+            let retries: Vec<(Seq, u32)> = db.retries.iter().map(|r| (r.1, r.2)).collect();
+            assert_eq!(retries, [(under_first, 1), (under_second, 1)]);
+            let (first, second) = (db.retries[0].3, db.retries[1].3);
+            assert_ne!(first, second, "the new lease replayed the old one's jitter");
+        }
+        worker.stop().await;
     })
     .await;
 }
