@@ -334,3 +334,6 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

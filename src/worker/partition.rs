@@ -3,17 +3,13 @@
 
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::oneshot::{self, error::TryRecvError};
 
 use crate::clock::Clock;
 use crate::deliver::{Deliver, DeliverError};
 use crate::drain::{Action, Drain, DrainConfig, Head, Input};
 use crate::ids::{PartitionId, Time};
 use crate::store::{Handover, LeaseSession, StoreError, StoredHead};
-
-/// Actions carried out per turn. A busy partition never waits on a timer, so after this many
-/// actions the task looks for a release request before it goes on: a hand-back is prompt.
-const ACTIONS_PER_TURN: usize = 64;
 
 /// How a partition task ended.
 #[derive(Debug)]
@@ -28,8 +24,6 @@ pub enum PartitionExit {
 enum Turn {
     /// No action is left: wait for a timer or a release request.
     Idle,
-    /// The turn's budget ran out with actions left.
-    Busy,
     /// The machine asked to give the lease back.
     Release,
 }
@@ -61,7 +55,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
         let acquired = Input::LeaseAcquired { epoch: lease.epoch() };
         self.feed(&mut drain, acquired);
         loop {
-            match self.carry_out(&mut drain, &mut lease).await {
+            match self.carry_out(&mut drain, &mut lease, &mut release).await {
                 Err(err) => {
                     self.feed(&mut drain, Input::LeaseLost);
                     return PartitionExit::Lost(partition, err);
@@ -78,7 +72,6 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                         Err(err) => PartitionExit::Lost(partition, err),
                     };
                 }
-                Ok(Turn::Busy) => {}
                 Ok(Turn::Idle) => {
                     let wait = drain.poll_timeout().map(|t| t.saturating_since(self.clock.now()));
                     tokio::select! {
@@ -86,11 +79,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                         _ = &mut release => self.feed(&mut drain, Input::ReleaseRequested),
                         _ = sleep_for(wait) => drain.handle_timeout(self.clock.now()),
                     }
-                    continue;
                 }
-            }
-            if release.try_recv().is_ok() {
-                self.feed(&mut drain, Input::ReleaseRequested);
             }
         }
     }
@@ -102,14 +91,20 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
         }
     }
 
-    /// Carries out queued actions, at most `ACTIONS_PER_TURN`. A store error ends the lease.
+    /// Carries out queued actions until none is left. A store error ends the lease.
+    ///
+    /// A busy partition never waits on a timer, so the task looks for a release request after
+    /// every action: the machine then gives the lease back once the delivery in flight, if any,
+    /// is resolved, instead of starting the next one. Once the request is taken here, the
+    /// machine gives the lease back without going idle, so the spent receiver is never polled
+    /// again (which would panic).
     async fn carry_out<L: LeaseSession>(
         &mut self,
         drain: &mut Drain,
         lease: &mut L,
+        release: &mut oneshot::Receiver<()>,
     ) -> Result<Turn, StoreError> {
-        for _ in 0..ACTIONS_PER_TURN {
-            let Some(action) = drain.poll_action() else { return Ok(Turn::Idle) };
+        while let Some(action) = drain.poll_action() {
             match action {
                 Action::FetchHead { .. } => {
                     // The takeover wait is over: no earlier holder's delivery is still out.
@@ -135,8 +130,12 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Action::Release { .. } => return Ok(Turn::Release),
             }
+            // A dropped sender asks for the lease back too, as it does in the idle `select!`.
+            if !matches!(release.try_recv(), Err(TryRecvError::Empty)) {
+                self.feed(drain, Input::ReleaseRequested);
+            }
         }
-        Ok(Turn::Busy)
+        Ok(Turn::Idle)
     }
 
     async fn deliver(&mut self, partition: PartitionId, head: &Head, attempt: u32) -> Input {
