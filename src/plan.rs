@@ -764,4 +764,17 @@ mod tests {
         assert_eq!(drain_seconds(vec![0, 0], 0.0), Some(f64::INFINITY));
         assert_eq!(drain_seconds(vec![5, 0], 2.5), Some(2.0));
     }
+
+    #[test]
+    fn sixty_four_partitions_all_get_a_bar_and_a_finite_drain_is_estimated() {
+        // 64 is the last count drawn in full; only past it are the ten heaviest cut out.
+        let p = plan(64, 65, &[("a", 1.0), ("b", 2.0)]);
+        let report = p.report();
+        assert!(!report.contains("before (the 10 heaviest"), "{report}");
+        assert!(report.contains("after (the 10 heaviest of 65):"), "{report}");
+        let section = report.split("load per partition before:").nth(1).expect("a full chart");
+        assert_eq!(section.lines().skip(1).take_while(|l| l.starts_with("  p")).count(), 64);
+        // 40 queued at 20 per second: the checklist's drain step says so.
+        assert!(p.checklist[2].contains("(about 2 s at the measured rate)"), "{:?}", p.checklist);
+    }
 }
