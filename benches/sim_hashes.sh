@@ -5,9 +5,11 @@
 # and after the change and diff the two outputs.
 #
 #   bash benches/sim_hashes.sh target/release/keyorder-sim > after.txt
-set -euo pipefail
+set -u
 bin=${1:?usage: sim_hashes.sh PATH-TO-keyorder-sim}
-hash() { printf '%s ' "$@"; "$bin" replay "$@" | head -1; }
+# `replay` exits 1 when it finds a violation (every broken design does): only its first line,
+# the trace hash, matters here.
+hash() { printf '%s ' "$@"; "$bin" replay "$@" 2>/dev/null | head -1; }
 for s in $(seq 0 29); do hash "$s" --size small; done
 for s in $(seq 100 111); do hash "$s" --size medium; done
 for s in 0 1 2; do hash "$s" --size large; done

@@ -367,8 +367,7 @@ fn an_old_layout_row_enqueued_as_a_new_layout_row_arrives_is_a_split() {
     // one (partition 0). At the very instant seq 2 is enqueued, seq 1 arrives: the key is on
     // two partitions at once.
     let split = |arrives_at: u64| {
-        let mut b = Builder::default();
-        b.layout = 1;
+        let mut b = Builder { layout: 1, ..Builder::default() };
         b.enqueue(1, "a", 5);
         b.layout = 0;
         b.enqueue(2, "a", 0);
