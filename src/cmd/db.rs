@@ -65,24 +65,14 @@ pub enum Queue {
 
 /// A refusal to open a SQLite file is input the user can fix (the file or the flag).
 fn sqlite_refusal(path: &std::path::Path, e: StoreError) -> anyhow::Error {
-    use rusqlite::ErrorCode as C;
-    let user_fixable = match &e {
-        StoreError::Refused { .. } => true,
-        StoreError::Sqlite(s) => matches!(
-            s.sqlite_error_code(),
-            Some(C::CannotOpen | C::ReadOnly | C::NotADatabase | C::PermissionDenied)
-        ),
-        _ => false,
+    let detail = match &e {
+        StoreError::Refused { reason, .. } => reason.clone(),
+        StoreError::CannotOpen { .. } => {
+            format!("cannot open {}: {}", path.display(), keyorder::worker::chain(&e))
+        }
+        _ => return anyhow::Error::new(e).context(format!("opening {}", path.display())),
     };
-    if user_fixable {
-        let detail = match &e {
-            StoreError::Refused { reason, .. } => reason.clone(),
-            other => format!("cannot open {}: {}", path.display(), keyorder::worker::chain(other)),
-        };
-        BadInput(format!("--database sqlite:{}: {detail}", path.display())).into()
-    } else {
-        anyhow::Error::new(e).context(format!("opening {}", path.display()))
-    }
+    BadInput(format!("--database sqlite:{}: {detail}", path.display())).into()
 }
 
 impl Database {

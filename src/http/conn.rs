@@ -76,7 +76,10 @@ impl Conn {
             }
         };
         let (sender, driver) =
-            handshake.map_err(|source| DeliverError::Exchange { addr: addr.clone(), source })?;
+            handshake.map_err(|source| DeliverError::Exchange {
+            addr: addr.clone(),
+            source: Box::new(source),
+        })?;
         let mut conn = Conn { sender, driver: Some(driver) };
         if conn.ready().await {
             Ok(conn)

@@ -20,6 +20,9 @@ use crate::routing::PartitionCount;
 pub mod postgres;
 pub mod sqlite;
 
+/// A driver's error, kept as the source of a [`StoreError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Errors at the store boundary. Any of them on a lease session means the lease is gone.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -43,12 +46,28 @@ pub enum StoreError {
         /// The epoch the statement was fenced with.
         epoch: Epoch,
     },
-    /// PostgreSQL reported an error (connection, statement, or server).
-    #[error("postgres error")]
-    Postgres(#[from] tokio_postgres::Error),
-    /// SQLite reported an error (opening the file, a statement, a busy database).
-    #[error("sqlite error")]
-    Sqlite(#[from] rusqlite::Error),
+    /// The database could not be opened (the file cannot be created, opened or written, or is
+    /// not a database): something the user can fix by naming another database or fixing the
+    /// file's permissions. `backend` names the store, `source` is its driver's error.
+    #[error("{backend} error")]
+    CannotOpen {
+        /// The store: `"postgres"`, `"sqlite"`.
+        backend: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The store's driver reported an error (a connection, a statement, the server, a busy
+    /// database). `backend` names the store, `source` is the driver's error (each backend folder
+    /// converts its driver's errors, so nothing else names a driver).
+    #[error("{backend} error")]
+    Backend {
+        /// The store: `"postgres"`, `"sqlite"`.
+        backend: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
     /// An expiry lease may end before a delivery started now could finish, by the holder's own
     /// clock: the holder must not deliver (see [`LeaseSession::ensure_lasts`]).
     #[error("partition {partition}: lease with epoch {epoch} may expire within {needed:?}")]

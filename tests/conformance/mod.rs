@@ -165,7 +165,7 @@ pub async fn fencing_after_lease_loss<F: Fixture>(fx: &F) {
         assert!(
             matches!(
                 e,
-                StoreError::LeaseNotHeld { .. } | StoreError::Postgres(_) | StoreError::Io(_)
+                StoreError::LeaseNotHeld { .. } | StoreError::Backend { .. } | StoreError::Io(_)
             ),
             "{e:?}"
         );

@@ -61,6 +61,7 @@ use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, St
 
 mod acks;
 mod conn;
+mod error;
 pub mod queue;
 pub mod schema;
 

@@ -153,7 +153,7 @@ fn inspect(path: &Path) -> Result<Found, StoreError> {
         Some(ErrorCode::NotADatabase) => {
             refused(format!("{shown} is not a SQLite database (is it the right file?)"))
         }
-        _ => StoreError::Sqlite(e),
+        _ => StoreError::from(e),
     };
     let conn = Connection::open_with_flags(path, flags).map_err(not_sqlite)?;
     conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
@@ -183,6 +183,10 @@ fn inspect(path: &Path) -> Result<Found, StoreError> {
 /// `synchronous = NORMAL`, busy timeout) and, unless `mode` is [`OpenMode::Migrate`], its
 /// schema is current.
 pub fn open(path: &Path, mode: OpenMode) -> Result<Connection, StoreError> {
+    open_checked(path, mode).map_err(super::error::opening)
+}
+
+fn open_checked(path: &Path, mode: OpenMode) -> Result<Connection, StoreError> {
     let shown = path.display();
     let found = inspect(path)?;
     match (&found, mode) {
