@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use keyorder::migrate::consumer_count;
+use keyorder::repartition::consumer_count;
 use keyorder::PartitionCount;
 
 use crate::control::SharedControl;

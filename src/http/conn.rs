@@ -75,8 +75,7 @@ impl Conn {
                 http1::handshake(TokioIo::new(stream)).await.map(boxed)
             }
         };
-        let (sender, driver) =
-            handshake.map_err(|source| DeliverError::Exchange {
+        let (sender, driver) = handshake.map_err(|source| DeliverError::Exchange {
             addr: addr.clone(),
             source: Box::new(source),
         })?;

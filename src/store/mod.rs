@@ -123,12 +123,12 @@ pub enum Handover {
 /// A handle that opens sessions. Cheap to clone.
 pub trait Store: Clone + 'static {
     /// The worker's membership session.
-    type Control: ControlSession;
+    type Membership: MembershipSession;
     /// A session holding one partition's lease.
     type Lease: LeaseSession + 'static;
 
     /// Opens the membership session of `worker`; the worker counts as live while it is open.
-    async fn connect(&self, worker: &str) -> Result<Self::Control, StoreError>;
+    async fn connect(&self, worker: &str) -> Result<Self::Membership, StoreError>;
 
     /// Opens a dedicated session and tries to take `partition`'s lease on it: `None` when
     /// another session holds it.
@@ -136,7 +136,7 @@ pub trait Store: Clone + 'static {
 }
 
 /// The worker's membership session.
-pub trait ControlSession {
+pub trait MembershipSession {
     /// Live workers (open membership sessions), the caller included.
     async fn live_workers(&mut self) -> Result<usize, StoreError>;
 

@@ -23,7 +23,7 @@ use crate::drain::{DrainConfig, DEFAULT_IDLE_POLL};
 use crate::ids::PartitionId;
 use crate::lease::rebalance;
 use crate::retry::RetryPolicy;
-use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError};
+use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError};
 
 mod partition;
 
@@ -187,7 +187,7 @@ where
     let mut worker =
         Worker { store, deliver, clock, config, tasks: JoinSet::new(), owned: Owned::new() };
     let mut report = WorkerReport::default();
-    let mut control: Option<S::Control> = None;
+    let mut control: Option<S::Membership> = None;
     tokio::pin!(shutdown);
     loop {
         let pause = match worker.turn(&mut control, &mut report).await {
@@ -224,7 +224,7 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
     /// One membership turn: connect if needed, then rebalance.
     async fn turn(
         &mut self,
-        control: &mut Option<S::Control>,
+        control: &mut Option<S::Membership>,
         report: &mut WorkerReport,
     ) -> Result<(), StoreError> {
         while let Some(exit) = self.tasks.try_join_next() {

@@ -98,7 +98,7 @@ fn io(text: &str) -> StoreError {
 }
 
 impl Store for FakeStore {
-    type Control = FakeControl;
+    type Membership = FakeControl;
     type Lease = FakeLease;
 
     async fn connect(&self, worker: &str) -> Result<FakeControl, StoreError> {
@@ -157,7 +157,7 @@ impl FakeControl {
     }
 }
 
-impl ControlSession for FakeControl {
+impl MembershipSession for FakeControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
         let db = self.read().await?;
         Ok(db.members + db.others)

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use keyorder::key::Event;
-use keyorder::store::{ControlSession, Handover, LeaseSession, Store, StoreError};
+use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError};
 use keyorder::{PartitionCount, PartitionId, Router};
 
 /// The partition count every case routes with.

@@ -23,9 +23,9 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::clock::{Clock, TokioClock};
 use crate::ids::{Epoch, PartitionId, Seq, Time};
-use crate::migrate::DEFAULT_HOLD_POLL;
+use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
+use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 mod error;
 pub mod queue;
@@ -132,7 +132,7 @@ pub struct PgControl {
 }
 
 impl Store for PgStore {
-    type Control = PgControl;
+    type Membership = PgControl;
     type Lease = PgLease;
 
     async fn connect(&self, _worker: &str) -> Result<PgControl, StoreError> {
@@ -201,7 +201,7 @@ impl Store for PgStore {
     }
 }
 
-impl ControlSession for PgControl {
+impl MembershipSession for PgControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
         let row = self
             .client

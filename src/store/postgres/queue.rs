@@ -97,7 +97,7 @@ pub struct Layout {
 
 /// Starts an online change of count from `from` to `to`: a new layout that `enqueue` routes
 /// with at once, while workers lease both layouts' partitions and hold each moving key's new
-/// rows until its old rows are delivered (see [`crate::migrate`]). Refused when the count in
+/// rows until its old rows are delivered (see [`crate::repartition`]). Refused when the count in
 /// force is not `from`. Producers that do not go through [`enqueue`] must switch too.
 pub async fn switch_online(
     client: &mut Client,
