@@ -21,7 +21,7 @@ use keyorder::{PartitionCount, PartitionId, Router, Time};
 use tokio_postgres::Client;
 
 use super::bench_http::{self, Delivery};
-use super::db::{block_on, Database, DbTarget};
+use super::runtime::{block_on, Database, DbTarget};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {

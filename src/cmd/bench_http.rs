@@ -14,7 +14,7 @@ use keyorder::store::Store;
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionId, Time};
 
-use super::db::block_on;
+use super::runtime::block_on;
 use super::receiver::Receiver;
 
 /// What the events are delivered with.

@@ -6,11 +6,17 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_http;
 mod chunks;
-pub(crate) mod db;
 mod delivery;
+mod dlq;
+mod enqueue;
+mod lag;
+mod migrate;
 mod plan;
 mod receiver;
 mod route;
+pub(crate) mod runtime;
+mod switch;
+mod work;
 mod workers;
 
 /// Operate a per-key ordered, partitioned webhook queue.
@@ -29,20 +35,20 @@ enum Command {
     /// drain-and-switch checklist.
     Plan(plan::PlanArgs),
     /// Create or upgrade the queue schema (idempotent, versioned).
-    Migrate(db::MigrateArgs),
+    Migrate(migrate::MigrateArgs),
     /// Enqueue events from JSON lines, in batches of one round trip each.
-    Enqueue(db::EnqueueArgs),
+    Enqueue(enqueue::EnqueueArgs),
     /// Deliver: lease partitions (a fair share), drain each one event at a time over HTTP.
-    Work(db::WorkArgs),
+    Work(work::WorkArgs),
     /// Per-partition depth, oldest wait, keys affected, head attempts; heaviest keys.
-    Lag(db::LagArgs),
+    Lag(lag::LagArgs),
     /// List, show and redrive dead-lettered events.
-    Dlq(db::DlqArgs),
+    Dlq(dlq::DlqArgs),
     /// Measure the store (PostgreSQL, or SQLite with --database sqlite:PATH): batch enqueue,
     /// drain with 1..8 workers, churn (PostgreSQL).
     Bench(bench::BenchArgs),
     /// Change the partition count online (no write pause): a new layout with a per-key barrier.
-    Switch(db::SwitchArgs),
+    Switch(switch::SwitchArgs),
 }
 
 /// Input the user can fix: reported with exit code 2, like a usage error.
@@ -55,13 +61,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Route(args) => route::run(args),
         Command::Plan(args) => plan::run(args),
-        Command::Migrate(args) => db::migrate(args),
-        Command::Enqueue(args) => db::enqueue(args),
-        Command::Work(args) => db::work(args),
-        Command::Lag(args) => db::lag(args),
-        Command::Dlq(args) => db::dlq(args),
+        Command::Migrate(args) => migrate::migrate(args),
+        Command::Enqueue(args) => enqueue::enqueue(args),
+        Command::Work(args) => work::work(args),
+        Command::Lag(args) => lag::lag(args),
+        Command::Dlq(args) => dlq::dlq(args),
         Command::Bench(args) => bench::run(args),
-        Command::Switch(args) => db::switch(args),
+        Command::Switch(args) => switch::switch(args),
     }
 }
 

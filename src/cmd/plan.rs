@@ -83,7 +83,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         read_sample(path, &mut planner)?;
     }
     let live = match &args.database {
-        Some(url) => Some(super::db::block_on(live_queue(
+        Some(url) => Some(super::runtime::block_on(live_queue(
             url,
             args.from,
             args.drain_rate,
@@ -93,7 +93,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     };
     if let (None, Some(url)) = (&args.keys, &args.database) {
         // No sample given: the queued keys are the sample, weighted by their queued events.
-        let keys = super::db::block_on(queued_keys(url))??;
+        let keys = super::runtime::block_on(queued_keys(url))??;
         let (k, w): (Vec<String>, Vec<f64>) = keys.into_iter().unzip();
         for (ks, ws) in k.chunks(BATCH).zip(w.chunks(BATCH)) {
             planner.add_batch(ks, ws)?;
@@ -120,7 +120,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
 
 /// The keys queued now, each weighted by its queued events.
 async fn queued_keys(url: &str) -> anyhow::Result<Vec<(String, f64)>> {
-    let client = super::db::Database { database: url.to_owned() }.client().await?;
+    let client = super::runtime::Database { database: url.to_owned() }.client().await?;
     let rows = client
         .query(
             "SELECT partition_key, count(*)::float8 FROM delivery_queue GROUP BY 1 ORDER BY 1",
@@ -141,7 +141,7 @@ async fn live_queue(
     rate: f64,
     wait: Option<u64>,
 ) -> anyhow::Result<(DrainInput, Verdict)> {
-    let db = super::db::Database { database: url.to_owned() };
+    let db = super::runtime::Database { database: url.to_owned() };
     let client = db.client().await?;
     keyorder::store::postgres::schema::require_current(&client).await?;
     if let Some(secs) = wait {
