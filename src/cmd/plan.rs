@@ -60,8 +60,8 @@ struct Verdict {
     reasons: Vec<String>,
     depth: i64,
     oldest_wait_seconds: f64,
-    split_keys: Vec<keyorder::store::postgres::queue::SplitKey>,
-    partitions: Vec<keyorder::store::postgres::queue::PartitionLag>,
+    split_keys: Vec<keyorder::store::admin::SplitKey>,
+    partitions: Vec<keyorder::store::admin::PartitionLag>,
 }
 
 fn parse_count(text: &str) -> Result<PartitionCount, String> {

@@ -132,7 +132,7 @@ impl Queue {
         router: &Router,
         events: &[Event],
         serialise_keys: bool,
-    ) -> Result<queue::EnqueueReport, StoreError> {
+    ) -> Result<keyorder::store::admin::EnqueueReport, StoreError> {
         match self {
             Queue::Pg(c) => queue::enqueue(c, router, events, serialise_keys).await,
             // One writer at a time: rows of one key always commit in seq order.
@@ -140,7 +140,12 @@ impl Queue {
         }
     }
 
-    pub(crate) async fn lag(&self) -> Result<(Vec<queue::PartitionLag>, Vec<queue::KeyDepth>), StoreError> {
+    pub(crate) async fn lag(
+        &self,
+    ) -> Result<
+        (Vec<keyorder::store::admin::PartitionLag>, Vec<keyorder::store::admin::KeyDepth>),
+        StoreError,
+    > {
         match self {
             Queue::Pg(c) => Ok((queue::lag(c).await?, queue::heaviest_keys(c, 10).await?)),
             Queue::Sqlite(c) => Ok((sqlite::queue::lag(c)?, sqlite::queue::heaviest_keys(c, 10)?)),
@@ -151,14 +156,18 @@ impl Queue {
         &self,
         id: Option<i64>,
         limit: i64,
-    ) -> Result<Vec<queue::DeadRow>, StoreError> {
+    ) -> Result<Vec<keyorder::store::admin::DeadRow>, StoreError> {
         match self {
             Queue::Pg(c) => queue::dead_letters(c, id, limit).await,
             Queue::Sqlite(c) => sqlite::queue::dead_letters(c, id, limit),
         }
     }
 
-    pub(crate) async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
+    pub(crate) async fn redrive(
+        &mut self,
+        router: &Router,
+        id: i64,
+    ) -> Result<Option<i64>, StoreError> {
         match self {
             Queue::Pg(c) => queue::redrive(c, router, id).await,
             Queue::Sqlite(c) => sqlite::queue::redrive(c, router, id),
@@ -169,7 +178,7 @@ impl Queue {
         &mut self,
         from: PartitionCount,
         to: PartitionCount,
-    ) -> Result<queue::Layout, StoreError> {
+    ) -> Result<keyorder::store::admin::Layout, StoreError> {
         match self {
             Queue::Pg(c) => queue::switch_online(c, from, to).await,
             Queue::Sqlite(c) => sqlite::queue::switch_online(c, from, to),
@@ -210,4 +219,3 @@ pub(crate) async fn shutdown(after: Option<u64>) {
         _ = timer => {}
     }
 }
-

@@ -18,9 +18,9 @@ use keyorder::{PartitionCount, Router};
 use tokio_postgres::Client;
 
 use super::delivery::DeliveryArgs;
-use super::BadInput;
 #[allow(unused_imports)]
 use super::runtime::*;
+use super::BadInput;
 use keyorder::endpoints::EndpointRow;
 use keyorder::http::{EndpointDirectory, RoutedDeliverer};
 
@@ -65,4 +65,3 @@ pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
         Ok(())
     })?
 }
-

@@ -18,9 +18,9 @@ use keyorder::{PartitionCount, Router};
 use tokio_postgres::Client;
 
 use super::delivery::DeliveryArgs;
-use super::BadInput;
 #[allow(unused_imports)]
 use super::runtime::*;
+use super::BadInput;
 use keyorder::endpoints::EndpointRow;
 use keyorder::http::{EndpointDirectory, RoutedDeliverer};
 
@@ -231,4 +231,3 @@ fn observer() -> worker::Observer {
         }
     }))
 }
-

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 
+pub mod admin;
 pub mod postgres;
 pub mod sqlite;
 
