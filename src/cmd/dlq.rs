@@ -1,28 +1,12 @@
-//! The database commands: `migrate`, `enqueue`, `work`, `lag`, `dlq`, and the runtime they
-//! share (one current-thread runtime with a `LocalSet`, as the worker loop requires).
+//! `keyorder dlq`: list, show and redrive dead-lettered events.
 
-use std::future::Future;
-use std::io::{self, BufRead, BufReader};
-use std::path::PathBuf;
-use std::time::Duration;
-
-use anyhow::Context;
 use clap::{Args, Subcommand};
-use keyorder::key::Event;
-use keyorder::retry::RetryPolicy;
-use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
-use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
-use keyorder::store::{Store, StoreError};
-use keyorder::worker::{self, WorkerConfig};
+use keyorder::store::admin::Admin;
+use keyorder::store::open::OpenMode;
 use keyorder::{PartitionCount, Router};
-use tokio_postgres::Client;
 
-use super::delivery::DeliveryArgs;
-#[allow(unused_imports)]
-use super::runtime::*;
-use super::BadInput;
-use keyorder::endpoints::EndpointRow;
-use keyorder::http::{EndpointDirectory, RoutedDeliverer};
+use super::bad_input::BadInput;
+use super::runtime::{block_on, parse_count, Database};
 
 #[derive(Debug, Args)]
 pub struct DlqArgs {
@@ -64,7 +48,7 @@ enum DlqAction {
 
 pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
     block_on(async {
-        let mut client = args.db.queue(OpenMode::Existing).await?;
+        let mut client = args.db.admin(OpenMode::Existing).await?;
         match args.action {
             DlqAction::List { limit, json } => {
                 for r in client.dead_letters(None, limit).await? {

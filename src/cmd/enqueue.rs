@@ -1,28 +1,16 @@
-//! The database commands: `migrate`, `enqueue`, `work`, `lag`, `dlq`, and the runtime they
-//! share (one current-thread runtime with a `LocalSet`, as the worker loop requires).
+//! `keyorder enqueue`: events from JSON lines, in batches of one round trip each.
 
-use std::future::Future;
 use std::io::{self, BufRead, BufReader};
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::Context;
-use clap::{Args, Subcommand};
+use clap::Args;
 use keyorder::key::Event;
-use keyorder::retry::RetryPolicy;
-use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
-use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
-use keyorder::store::{Store, StoreError};
-use keyorder::worker::{self, WorkerConfig};
+use keyorder::store::admin::Admin;
+use keyorder::store::open::{AdminConn, OpenMode};
 use keyorder::{PartitionCount, Router};
-use tokio_postgres::Client;
 
-use super::delivery::DeliveryArgs;
-#[allow(unused_imports)]
-use super::runtime::*;
-use super::BadInput;
-use keyorder::endpoints::EndpointRow;
-use keyorder::http::{EndpointDirectory, RoutedDeliverer};
+use super::bad_input::BadInput;
+use super::runtime::{block_on, parse_count, Database};
 
 #[derive(Debug, Args)]
 pub struct EnqueueArgs {
@@ -53,7 +41,7 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
     };
     let router = Router::new(args.partitions);
     block_on(async move {
-        let mut client = args.db.queue(OpenMode::Create).await?;
+        let mut client = args.db.admin(OpenMode::Create).await?;
         let (mut total, mut dups, mut batch, mut first_line) = (0u64, 0usize, Vec::new(), 1u64);
         for (i, line) in input.lines().enumerate() {
             let no = i as u64 + 1;
@@ -85,7 +73,7 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
 
 /// Inserts and empties `batch`; returns (inserted, duplicates), naming each duplicate.
 async fn insert(
-    client: &mut Queue,
+    client: &mut AdminConn,
     router: &Router,
     batch: &mut Vec<Event>,
     serialise_keys: bool,

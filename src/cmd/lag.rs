@@ -1,28 +1,11 @@
-//! The database commands: `migrate`, `enqueue`, `work`, `lag`, `dlq`, and the runtime they
-//! share (one current-thread runtime with a `LocalSet`, as the worker loop requires).
+//! `keyorder lag`: per-partition depth, oldest wait, keys affected, head attempts; the
+//! heaviest keys. As a table, one JSON object, or Prometheus text.
 
-use std::future::Future;
-use std::io::{self, BufRead, BufReader};
-use std::path::PathBuf;
-use std::time::Duration;
+use clap::Args;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::OpenMode;
 
-use anyhow::Context;
-use clap::{Args, Subcommand};
-use keyorder::key::Event;
-use keyorder::retry::RetryPolicy;
-use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
-use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
-use keyorder::store::{Store, StoreError};
-use keyorder::worker::{self, WorkerConfig};
-use keyorder::{PartitionCount, Router};
-use tokio_postgres::Client;
-
-use super::delivery::DeliveryArgs;
-#[allow(unused_imports)]
-use super::runtime::*;
-use super::BadInput;
-use keyorder::endpoints::EndpointRow;
-use keyorder::http::{EndpointDirectory, RoutedDeliverer};
+use super::runtime::{block_on, Database};
 
 #[derive(Debug, Args)]
 pub struct LagArgs {
@@ -38,8 +21,8 @@ pub struct LagArgs {
 
 pub fn lag(args: LagArgs) -> anyhow::Result<()> {
     block_on(async {
-        let client = args.db.queue(OpenMode::Existing).await?;
-        let (lag, heavy) = client.lag().await?;
+        let client = args.db.admin(OpenMode::Existing).await?;
+        let (lag, heavy) = (client.lag().await?, client.heaviest_keys(10).await?);
         if args.json {
             println!(
                 "{}",

@@ -1,28 +1,11 @@
-//! The database commands: `migrate`, `enqueue`, `work`, `lag`, `dlq`, and the runtime they
-//! share (one current-thread runtime with a `LocalSet`, as the worker loop requires).
-
-use std::future::Future;
-use std::io::{self, BufRead, BufReader};
-use std::path::PathBuf;
-use std::time::Duration;
+//! `keyorder migrate`: create or upgrade the queue schema (idempotent, versioned).
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
-use keyorder::key::Event;
-use keyorder::retry::RetryPolicy;
-use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
-use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
-use keyorder::store::{Store, StoreError};
-use keyorder::worker::{self, WorkerConfig};
-use keyorder::{PartitionCount, Router};
-use tokio_postgres::Client;
+use clap::Args;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::OpenMode;
 
-use super::delivery::DeliveryArgs;
-#[allow(unused_imports)]
-use super::runtime::*;
-use super::BadInput;
-use keyorder::endpoints::EndpointRow;
-use keyorder::http::{EndpointDirectory, RoutedDeliverer};
+use super::runtime::{block_on, Database};
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -32,15 +15,13 @@ pub struct MigrateArgs {
 
 pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     block_on(async {
-        let applied = match args.db.queue(OpenMode::Migrate).await? {
-            Queue::Pg(mut client) => schema::migrate(&mut client).await.context("migrating")?,
-            // Opening for migration applied what was missing; this reports it.
-            Queue::Sqlite(mut c) => sqlite::schema::migrate(&mut c).context("migrating")?,
-        };
+        let mut admin = args.db.admin(OpenMode::Migrate).await?;
+        let applied = admin.migrate().await.context("migrating")?;
+        let version = admin.schema_version();
         if applied.is_empty() {
-            println!("schema is current (version {})", schema::SCHEMA_VERSION);
+            println!("schema is current (version {version})");
         } else {
-            println!("applied migrations {applied:?}; schema version {}", schema::SCHEMA_VERSION);
+            println!("applied migrations {applied:?}; schema version {version}");
         }
         Ok(())
     })?

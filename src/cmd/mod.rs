@@ -3,6 +3,9 @@
 
 use clap::{Parser, Subcommand};
 
+use bad_input::BadInput;
+
+mod bad_input;
 mod bench;
 mod bench_http;
 mod chunks;
@@ -50,11 +53,6 @@ enum Command {
     /// Change the partition count online (no write pause): a new layout with a per-key barrier.
     Switch(switch::SwitchArgs),
 }
-
-/// Input the user can fix: reported with exit code 2, like a usage error.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {

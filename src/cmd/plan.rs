@@ -9,9 +9,12 @@ use anyhow::Context;
 use clap::Args;
 use keyorder::plan::{parse_sample_line, DrainInput, Plan, Planner};
 use keyorder::routing::digest_many;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::{AdminConn, OpenMode};
 use keyorder::{Overrides, PartitionCount};
 
-use super::{chunks, BadInput};
+use super::bad_input::BadInput;
+use super::chunks;
 
 /// Keys per batch of the queued-keys sample (`--database` without `--keys`).
 const BATCH: usize = 8192;
@@ -120,14 +123,20 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
 
 /// The keys queued now, each weighted by its queued events.
 async fn queued_keys(url: &str) -> anyhow::Result<Vec<(String, f64)>> {
-    let client = super::runtime::Database { database: url.to_owned() }.client().await?;
-    let rows = client
-        .query(
-            "SELECT partition_key, count(*)::float8 FROM delivery_queue GROUP BY 1 ORDER BY 1",
-            &[],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(postgres_admin(url).await?.queued_keys().await?)
+}
+
+/// The admin connection of the live queue, which must be PostgreSQL: SQLite is refused as
+/// input the user can fix. Checked to be at the current schema version.
+async fn postgres_admin(url: &str) -> anyhow::Result<AdminConn> {
+    let db = super::runtime::Database { database: url.to_owned() };
+    if db.location()?.file().is_some() {
+        return Err(BadInput(format!(
+            "this needs PostgreSQL (--database postgres://...), not {url}"
+        ))
+        .into());
+    }
+    db.admin(OpenMode::Existing).await
 }
 
 /// The plan is fine but the live queue is not safe to switch: exit 1, the report said why.
@@ -141,12 +150,10 @@ async fn live_queue(
     rate: f64,
     wait: Option<u64>,
 ) -> anyhow::Result<(DrainInput, Verdict)> {
-    let db = super::runtime::Database { database: url.to_owned() };
-    let client = db.client().await?;
-    keyorder::store::postgres::schema::require_current(&client).await?;
+    let client = postgres_admin(url).await?;
     if let Some(secs) = wait {
         let clock = keyorder::clock::TokioClock::start();
-        let drained = keyorder::store::postgres::queue::wait_until_drained(
+        let drained = keyorder::store::admin::wait_until_drained(
             &client,
             &clock,
             std::time::Duration::from_secs(secs),
@@ -158,8 +165,8 @@ async fn live_queue(
             eprintln!("not drained after {secs} s: do NOT switch");
         }
     }
-    let lag = keyorder::store::postgres::queue::lag(&client).await?;
-    let split_keys = keyorder::store::postgres::queue::split_keys(&client, 20).await?;
+    let lag = client.lag().await?;
+    let split_keys = client.split_keys(20).await?;
     let mut depth = vec![0u64; usize::from(from.get())];
     let mut reasons = Vec::new();
     for l in &lag {

@@ -1,28 +1,13 @@
-//! The database commands: `migrate`, `enqueue`, `work`, `lag`, `dlq`, and the runtime they
-//! share (one current-thread runtime with a `LocalSet`, as the worker loop requires).
+//! `keyorder switch`: change the partition count online (no write pause), a new layout with a
+//! per-key barrier.
 
-use std::future::Future;
-use std::io::{self, BufRead, BufReader};
-use std::path::PathBuf;
-use std::time::Duration;
+use clap::Args;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::OpenMode;
+use keyorder::PartitionCount;
 
-use anyhow::Context;
-use clap::{Args, Subcommand};
-use keyorder::key::Event;
-use keyorder::retry::RetryPolicy;
-use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
-use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
-use keyorder::store::{Store, StoreError};
-use keyorder::worker::{self, WorkerConfig};
-use keyorder::{PartitionCount, Router};
-use tokio_postgres::Client;
-
-use super::delivery::DeliveryArgs;
-#[allow(unused_imports)]
-use super::runtime::*;
-use super::BadInput;
-use keyorder::endpoints::EndpointRow;
-use keyorder::http::{EndpointDirectory, RoutedDeliverer};
+use super::bad_input::BadInput;
+use super::runtime::{block_on, parse_count, Database};
 
 #[derive(Debug, Args)]
 pub struct SwitchArgs {
@@ -50,9 +35,9 @@ pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
         .into());
     }
     block_on(async {
-        let mut client = args.db.queue(OpenMode::Existing).await?;
+        let mut client = args.db.admin(OpenMode::Existing).await?;
         let layout = client
-            .switch(args.from, args.to)
+            .switch_online(args.from, args.to)
             .await
             .map_err(|e| BadInput(format!("switch refused: {e}")))?;
         println!(

@@ -1,28 +1,22 @@
-//! The database commands: `migrate`, `enqueue`, `work`, `lag`, `dlq`, and the runtime they
-//! share (one current-thread runtime with a `LocalSet`, as the worker loop requires).
+//! `keyorder work`: lease partitions (a fair share), drain each one event at a time over
+//! HTTP, with `--threads` worker loops in one process; per-key endpoints re-read every
+//! [`ENDPOINT_RELOAD`].
 
-use std::future::Future;
-use std::io::{self, BufRead, BufReader};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
-use keyorder::key::Event;
-use keyorder::retry::RetryPolicy;
-use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
-use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
-use keyorder::store::{Store, StoreError};
-use keyorder::worker::{self, WorkerConfig};
-use keyorder::{PartitionCount, Router};
-use tokio_postgres::Client;
-
-use super::delivery::DeliveryArgs;
-#[allow(unused_imports)]
-use super::runtime::*;
-use super::BadInput;
+use clap::Args;
 use keyorder::endpoints::EndpointRow;
 use keyorder::http::{EndpointDirectory, RoutedDeliverer};
+use keyorder::retry::RetryPolicy;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::{OpenMode, StoreFactory, StoreOptions};
+use keyorder::worker::{self, WorkerConfig};
+use keyorder::PartitionCount;
+
+use super::bad_input::BadInput;
+use super::delivery::DeliveryArgs;
+use super::runtime::{block_on, open_error, parse_count, Database};
 
 #[derive(Debug, Args)]
 pub struct WorkArgs {
@@ -88,63 +82,26 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         delivery,
         takeover_delay: None,
     };
-    match args.db.target()? {
-        DbTarget::Postgres(url) => {
-            let store = PgStore::new(&url, args.partitions, PgOptions::default())
-                .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
-            block_on(async {
-                let client = args.db.client().await?;
-                schema::require_current(&client).await?;
-                anyhow::Ok(())
-            })??;
-            // A holder serves rows it read ahead for up to `ack_delay` after the server last
-            // answered, so after a lost session the next holder waits that much longer than
-            // a delivery can take.
-            let settings = LoopSettings {
-                takeover_delay: Some(delivery_timeout + PgOptions::default().ack_delay),
-                ..settings
-            };
-            let load = move || {
-                block_on(async {
-                    let client = postgres::connect(
-                        PgStore::new(&url, PartitionCount::new(1)?, PgOptions::default())?.config(),
-                    )
-                    .await?;
-                    anyhow::Ok(queue::endpoints(&client).await?)
-                })?
-            };
-            run_threads(move || Ok(store.clone()), load, settings, &args)
-        }
-        DbTarget::Sqlite(path) => {
-            let mut options = SqliteOptions::for_delivery_timeout(delivery_timeout);
-            if let Some(ms) = args.lease_expiry_ms {
-                options.lease_expiry = Duration::from_millis(ms);
-            }
-            options.validate().map_err(|e| {
-                BadInput(format!("--lease-expiry-ms: {}", keyorder::worker::chain(&e)))
-            })?;
-            // Creates the file (with its schema) on first use; checks it otherwise.
-            drop(
-                sqlite::schema::open(&path, OpenMode::Create)
-                    .map_err(|e| sqlite_refusal(&path, e))?,
-            );
-            // One store handle (and connection thread) per worker loop.
-            let count = args.partitions;
-            let make = move || {
-                SqliteStore::new(path.clone(), count, options, keyorder::clock::TokioClock::start())
-                    .map_err(anyhow::Error::from)
-            };
-            let file = args.db.target()?;
-            let load = move || match &file {
-                DbTarget::Sqlite(path) => {
-                    let c = sqlite::schema::open(path, OpenMode::Existing)?;
-                    anyhow::Ok(sqlite::queue::endpoints(&c)?)
-                }
-                DbTarget::Postgres(_) => unreachable!("a SQLite target"),
-            };
-            run_threads(make, load, settings, &args)
-        }
-    }
+    let location = args.db.location()?;
+    let stores = location
+        .stores(
+            args.partitions,
+            StoreOptions {
+                delivery_timeout,
+                lease_expiry: args.lease_expiry_ms.map(Duration::from_millis),
+            },
+        )
+        .map_err(open_error)?;
+    // Creates a SQLite file (with its schema) on first use; checks the schema otherwise.
+    drop(block_on(location.open_admin(OpenMode::Create))?.map_err(open_error)?);
+    let settings = LoopSettings { takeover_delay: stores.takeover_delay(), ..settings };
+    let load = move || {
+        block_on(async {
+            let admin = location.open_admin(OpenMode::Existing).await.map_err(open_error)?;
+            anyhow::Ok(admin.endpoints().await?)
+        })?
+    };
+    run_threads(stores, load, settings, &args)
 }
 
 /// What every worker loop of `keyorder work` is configured from (all of it `Send`).
@@ -153,7 +110,7 @@ struct LoopSettings {
     retry: RetryPolicy,
     delivery_timeout: Duration,
     idle_poll: Duration,
-    delivery: super::delivery::DeliveryArgs,
+    delivery: DeliveryArgs,
     /// The wait of a lease taken after an unclean hand-back; `None`: the delivery timeout.
     takeover_delay: Option<Duration>,
 }
@@ -161,10 +118,10 @@ struct LoopSettings {
 /// How often `keyorder work` re-reads the per-key endpoint table.
 const ENDPOINT_RELOAD: Duration = Duration::from_secs(10);
 
-/// Runs `--threads` worker loops, each on a store from `make_store`, until a signal (or
+/// Runs `--threads` worker loops, each on a store of its own from `stores`, until a signal (or
 /// --stop-after), with the banner and the summary.
-fn run_threads<S: Store>(
-    make_store: impl Fn() -> anyhow::Result<S> + Send + Sync + 'static,
+fn run_threads(
+    stores: StoreFactory,
     load_endpoints: impl Fn() -> anyhow::Result<Vec<EndpointRow>> + Send + 'static,
     settings: LoopSettings,
     args: &WorkArgs,
@@ -202,7 +159,7 @@ fn run_threads<S: Store>(
         config.rng_seed = std::process::id().into();
         config.observer = Some(observer());
         let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
-        Ok((make_store()?, deliverer, config))
+        Ok((stores.make()?, deliverer, config))
     })?;
     eprintln!(
         "keyorder work: stopped; leases taken {}, given back {}, lost {}",

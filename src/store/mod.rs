@@ -18,6 +18,8 @@ use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 
 pub mod admin;
+pub mod any;
+pub mod open;
 pub mod postgres;
 pub mod sqlite;
 

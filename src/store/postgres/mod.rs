@@ -27,6 +27,7 @@ use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
+pub mod admin;
 mod error;
 pub mod queue;
 pub mod schema;
@@ -110,13 +111,20 @@ impl PgStore {
     /// A store for the database at `url` (a `postgres://` URL or key=value string), leasing
     /// under `count` partitions.
     pub fn new(url: &str, count: PartitionCount, options: PgOptions) -> Result<Self, StoreError> {
+        let config = Self::config_of(url)?;
+        Ok(Self { config, count, options, clock: TokioClock::start(), spare: Default::default() })
+    }
+
+    /// The connection configuration of `url`, with a connect timeout of 5 s unless it sets one;
+    /// [`StoreError::Refused`] when it does not parse.
+    pub(crate) fn config_of(url: &str) -> Result<Config, StoreError> {
         let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::Refused { operation: "parse the database URL", reason: e.to_string() }
         })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
-        Ok(Self { config, count, options, clock: TokioClock::start(), spare: Default::default() })
+        Ok(config)
     }
 
     /// The connection configuration.

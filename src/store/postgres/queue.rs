@@ -1,7 +1,6 @@
 //! Queue operations outside a lease: batch enqueue, lag and skew, the split-key check, the
 //! drain-to-zero figures repartitioning needs, and the dead-letter table.
 
-use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::key::{partition_key, Event};
@@ -240,30 +239,6 @@ pub async fn redrive(
 /// Rows in the queue.
 pub async fn depth(client: &Client) -> Result<i64, StoreError> {
     Ok(client.query_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0))
-}
-
-/// Waits until the queue is empty (the drain step of drain-and-switch), polling every
-/// `poll` and reporting the depth to `progress`; `false` when `timeout` passed first (do NOT
-/// switch then). Time is the caller's clock.
-pub async fn wait_until_drained(
-    client: &Client,
-    clock: &impl crate::clock::Clock,
-    timeout: std::time::Duration,
-    poll: std::time::Duration,
-    mut progress: impl FnMut(i64),
-) -> Result<bool, StoreError> {
-    let deadline = clock.now().saturating_add(timeout);
-    loop {
-        let d = depth(client).await?;
-        if d == 0 {
-            return Ok(true);
-        }
-        progress(d);
-        if clock.now() >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(poll).await;
-    }
 }
 
 /// Every per-key delivery target (`keyorder_endpoint`), in key order.

@@ -60,6 +60,7 @@ use crate::routing::PartitionCount;
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 mod acks;
+pub mod admin;
 mod conn;
 mod error;
 pub mod queue;

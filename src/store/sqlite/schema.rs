@@ -97,18 +97,7 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 /// How long a connection waits for another's write lock before failing.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What opening a database file may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenMode {
-    /// Create the file if it does not exist and lay down the schema in a fresh file; an
-    /// existing keyorder database must be at [`SCHEMA_VERSION`].
-    Create,
-    /// Upgrade (`keyorder migrate`): like `Create`, but an older keyorder schema is accepted,
-    /// and nothing is applied: the caller runs [`migrate`] and reports what it applied.
-    Migrate,
-    /// The file must exist and be at [`SCHEMA_VERSION`] (reading commands never create files).
-    Existing,
-}
+pub use crate::store::admin::OpenMode;
 
 /// What a file holds, judged without writing to it.
 enum Found {
