@@ -181,6 +181,11 @@ fn observer() -> worker::Observer {
             E::Lost { partition, error } => {
                 eprintln!("{name}: LOST partition {partition}: {error}")
             }
+            E::DrainRefused { partition, error } => {
+                eprintln!(
+                    "{name}: BUG: partition {partition} refused an input, gave it back: {error}"
+                )
+            }
             E::StoreUnavailable { error } => {
                 eprintln!("{name}: store unavailable, reconnecting: {error}")
             }

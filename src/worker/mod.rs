@@ -61,6 +61,10 @@ pub struct WorkerConfig {
     /// once, after its membership is registered and before its first rebalance, so the
     /// first loop up does not lease every partition only to hand most of them back.
     pub start_together: Option<StartTogether>,
+    /// Test only: every partition task feeds each delivery result twice (a worker bug the
+    /// drain machine refuses), so that a test can drive the refusal path.
+    #[cfg(test)]
+    pub(crate) repeat_results: bool,
 }
 
 /// A meeting point of worker loops that start together; see
@@ -100,6 +104,8 @@ impl WorkerConfig {
             takeover_delay: None,
             observer: None,
             start_together: None,
+            #[cfg(test)]
+            repeat_results: false,
         }
     }
 }
@@ -136,6 +142,15 @@ pub enum WorkerEvent {
         /// The partition.
         partition: PartitionId,
         /// What failed, with its causes.
+        error: String,
+    },
+    /// A partition's drain machine refused an input (a bug in the worker loop): the partition
+    /// task stopped and gave the lease back as unclean; another holder, or this worker's next
+    /// lease of it, starts afresh after the takeover wait. Counted as a lost lease.
+    DrainRefused {
+        /// The partition.
+        partition: PartitionId,
+        /// What the machine refused.
         error: String,
     },
     /// The membership session failed; the worker reconnects after a pause.
@@ -296,6 +311,8 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
             delivery_timeout: self.config.delivery_timeout,
             unsettled: false,
             inherited: lease.handover() == Handover::Unclean,
+            #[cfg(test)]
+            repeat_results: self.config.repeat_results,
         };
         self.owned.insert(partition, Some(tx));
         self.tasks.spawn_local(task.run(lease, rx));
@@ -316,6 +333,11 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
                 report.lost += 1;
                 self.owned.remove(&p);
                 self.observe(WorkerEvent::Lost { partition: p, error: chain(&err) });
+            }
+            Ok(PartitionExit::Refused(p, err)) => {
+                report.lost += 1;
+                self.owned.remove(&p);
+                self.observe(WorkerEvent::DrainRefused { partition: p, error: chain(&err) });
             }
             // A partition task panicked: that is a bug; surface it rather than hide it.
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
