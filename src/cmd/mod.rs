@@ -1,5 +1,8 @@
-//! The `keyorder` command line: argument parsing and dispatch. Library errors get context
-//! here (anyhow); bad input exits 2, anything else 1.
+//! The `keyorder` command line: argument parsing and dispatch, one file per command;
+//! `runtime.rs` holds what the database commands share (the runtime, the shutdown signal, the
+//! `--database` argument). Commands reach a store only through `keyorder::store::open` and the
+//! store traits, never a backend. Library errors get context here (anyhow); bad input
+//! ([`BadInput`]) exits 2, anything else 1.
 
 use clap::{Parser, Subcommand};
 

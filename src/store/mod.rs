@@ -1,5 +1,10 @@
-//! The store boundary the worker is written against: membership, leases, and the fenced queue
-//! operations of one leased partition.
+//! The store boundary: what the worker is written against (membership, leases, and the fenced
+//! queue operations of one leased partition: [`Store`], [`MembershipSession`],
+//! [`LeaseSession`]), what the admin commands use ([`admin::Admin`] and its report types), and
+//! the errors of both ([`StoreError`], [`admin::OpenError`]), none of which names a driver.
+//! [`open`] opens a backend from a location (`--database`); [`any`] is the worker's store on
+//! whichever backend that is. Each backend is one folder (`postgres/`, `sqlite/`) and converts
+//! its driver's errors there.
 //!
 //! Implementations: PostgreSQL (session advisory locks), SQLite (lease rows fenced by holder
 //! and epoch) and the simulation's store host. A [`LeaseSession`] holds one partition's lease;
