@@ -26,6 +26,9 @@ pub struct EndpointSpec {
 /// Each key's endpoint, or why its row cannot be used.
 pub type EndpointDirectory = Directory<Result<Arc<EndpointSpec>, String>>;
 
+/// One loaded version of the endpoint table, as [`EndpointDirectory::snapshot`] returns it.
+type Table = BTreeMap<String, Result<Arc<EndpointSpec>, String>>;
+
 /// The most per-key targets one partition's deliverer keeps a connection to. A partition
 /// delivers one event at a time, so more connections than its recent keys' URLs serve
 /// nothing; with thousands of keys each on its own URL an unbounded map would hold a socket
@@ -51,7 +54,7 @@ pub struct RoutedDeliverer {
     /// row's spec; a reload that brings a new spec replaces it. At most [`MAX_KEPT_TARGETS`].
     own: BTreeMap<String, Kept>,
     /// The table `own` was last pruned against.
-    pruned: Option<Arc<BTreeMap<String, Result<Arc<EndpointSpec>, String>>>>,
+    pruned: Option<Arc<Table>>,
     /// Deliveries to a per-key target so far: the clock of `Kept::used`.
     uses: u64,
 }
@@ -68,7 +71,7 @@ impl RoutedDeliverer {
     }
 
     /// Drops the deliverers of URLs that `table` no longer has (a reload removed their rows).
-    fn prune(&mut self, table: &BTreeMap<String, Result<Arc<EndpointSpec>, String>>) {
+    fn prune(&mut self, table: &Table) {
         let live: BTreeSet<String> = table
             .values()
             .filter_map(|row| row.as_ref().ok())

@@ -79,7 +79,9 @@ impl Location {
                 Factory::Sqlite { path: path.clone(), count, options: sqlite }
             }
             Backend::Postgres(url) => Factory::Postgres {
-                store: PgStore::new(url, count, PgOptions::default()).map_err(OpenError::BadUrl)?,
+                store: Box::new(
+                    PgStore::new(url, count, PgOptions::default()).map_err(OpenError::BadUrl)?,
+                ),
                 delivery_timeout: options.delivery_timeout,
             },
         }))
@@ -105,7 +107,7 @@ pub struct StoreFactory(Factory);
 #[derive(Clone, Debug)]
 enum Factory {
     Sqlite { path: PathBuf, count: PartitionCount, options: SqliteOptions },
-    Postgres { store: PgStore, delivery_timeout: Duration },
+    Postgres { store: Box<PgStore>, delivery_timeout: Duration },
 }
 
 impl StoreFactory {
@@ -118,7 +120,7 @@ impl StoreFactory {
                 *options,
                 TokioClock::start(),
             )?),
-            Factory::Postgres { store, .. } => AnyStore::from(store.clone()),
+            Factory::Postgres { store, .. } => AnyStore::from(PgStore::clone(store)),
         })
     }
 
