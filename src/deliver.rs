@@ -51,13 +51,14 @@ pub enum DeliverError {
     },
     /// The request was sent, or may have been, and no complete answer came back (the
     /// connection broke or the reply was malformed): the endpoint may still be processing it.
-    #[error("request to {addr} failed: {}", flat(.source))]
+    #[error("request to {addr} failed: {}", flat(.source.as_ref()))]
     Exchange {
         /// `host:port`.
         addr: String,
-        /// What failed.
+        /// What failed: the HTTP client's error, boxed so that only `src/http/` names the HTTP
+        /// library.
         #[source]
-        source: hyper::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The endpoint answered with a redirect, which is not followed.
     #[error("HTTP {status} redirect to {} (redirects are not followed: deliver to the final URL)", location.as_deref().unwrap_or("<no Location header>"))]

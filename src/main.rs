@@ -1,4 +1,6 @@
-//! `keyorder`: operate a per-key ordered webhook queue. Subcommands: `route`.
+//! `keyorder`: operate a per-key ordered webhook queue on SQLite or PostgreSQL. Subcommands:
+//! `route`, `plan`, `migrate`, `enqueue`, `work`, `lag`, `dlq`, `bench`, `switch` (see
+//! `src/cmd/`, one file per command).
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;

@@ -134,7 +134,7 @@ pub struct Plan {
     pub online: Online,
 }
 
-/// The online alternative to drain-and-switch (see [`crate::migrate`]).
+/// The online alternative to drain-and-switch (see [`crate::repartition`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Online {
     /// Keys whose new rows wait for their old partition (the keys that move).
@@ -291,7 +291,7 @@ impl Planner {
         let assignment = workers.map(|w| assign(&self.weight_before, w));
         let hold_back = drain.and_then(|d| {
             let deepest = d.depth.iter().copied().max().unwrap_or(0);
-            crate::migrate::predicted_hold_back(deepest, d.rate_per_partition)
+            crate::repartition::predicted_hold_back(deepest, d.rate_per_partition)
                 .map(|t| t.as_secs_f64())
         });
         let online = Online { held_keys: self.moved_keys, predicted_hold_back_seconds: hold_back };

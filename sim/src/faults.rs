@@ -4,12 +4,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use keyorder::migrate::consumer_count;
+use keyorder::repartition::consumer_count;
 use keyorder::PartitionCount;
 
 use crate::control::SharedControl;
 use crate::hosts::store::SharedStore;
-use crate::scenario::{Fault, FaultKind};
+use crate::scenario::{Fault, FaultKind, Procedure};
 use crate::trace::SharedRecorder;
 
 /// How long drain-and-switch waits for the queue to drain before it gives up and resumes on
@@ -47,30 +47,6 @@ pub struct SwitchReport {
     pub switched: bool,
     /// The procedure.
     pub procedure: Procedure,
-}
-
-/// The repartition procedure a scenario uses.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Procedure {
-    /// Freeze, pause producers, drain to zero, flip, verify, resume.
-    #[default]
-    DrainAndSwitch,
-    /// Switch producers at once; a per-key barrier holds new rows of a key until its old rows
-    /// are gone; workers lease both layouts meanwhile. No write pause.
-    Online,
-    /// Flip at once with events queued (the `flip-without-drain` broken design).
-    FlipWithoutDrain,
 }
 
 #[derive(Debug)]

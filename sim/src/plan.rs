@@ -10,8 +10,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::faults::Procedure;
 use crate::run::{run, RunError};
+use crate::scenario::Procedure;
 use crate::scenario::{Fault, FaultKind, KeySpec, Scenario, Size};
 
 /// Keys sampled into a scenario.

@@ -16,11 +16,12 @@ use serde::Serialize;
 
 use crate::breaks::Break;
 use crate::control::Control;
-use crate::faults::{worker_name, FaultRunner, Procedure, SwitchReport, World};
+use crate::faults::{worker_name, FaultRunner, SwitchReport, World};
 use crate::hosts::endpoint::{self, Endpoints};
 use crate::hosts::producer::{Planned, ProducerHost, Routing};
 use crate::hosts::store::{self, StoreBreaks, StoreState};
 use crate::hosts::worker::{ExpiryClient, SimClock, WorkerHost};
+use crate::scenario::Procedure;
 use crate::scenario::{Scenario, ScenarioError};
 use crate::trace::Recorder;
 

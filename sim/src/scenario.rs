@@ -11,7 +11,30 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::breaks::Break;
-use crate::faults::Procedure;
+
+/// The repartition procedure a scenario uses.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Procedure {
+    /// Freeze, pause producers, drain to zero, flip, verify, resume.
+    #[default]
+    DrainAndSwitch,
+    /// Switch producers at once; a per-key barrier holds new rows of a key until its old rows
+    /// are gone; workers lease both layouts meanwhile. No write pause.
+    Online,
+    /// Flip at once with events queued (the `flip-without-drain` broken design).
+    FlipWithoutDrain,
+}
 
 fn is_default(p: &Procedure) -> bool {
     *p == Procedure::default()

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use crate::breaks::Break;
-use crate::faults::Procedure;
 use crate::run::run;
+use crate::scenario::Procedure;
 use crate::scenario::{EndpointSpec, Fault, FaultKind, KeySpec, Scenario};
 
 /// A scenario and the seed to run it with.

@@ -13,15 +13,14 @@ use keyorder::clock::{Clock, TokioClock};
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::Head;
 use keyorder::key::Event;
-use keyorder::store::postgres::{queue, schema, PgOptions, PgStore};
-use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
+use keyorder::store::admin::Admin;
+use keyorder::store::open::{Location, OpenMode, StoreFactory, StoreOptions};
 use keyorder::store::Store;
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionCount, PartitionId, Router, Time};
-use tokio_postgres::Client;
 
 use super::bench_http::{self, Delivery};
-use super::db::{block_on, Database, DbTarget};
+use super::runtime::{block_on, open_error, Database};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -78,16 +77,30 @@ const PARTITIONS: i64 = 16;
 const BATCH: u64 = 5_000;
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if let DbTarget::Sqlite(path) = args.db.target()? {
-        return run_sqlite(args, path);
+    let location = args.db.location()?;
+    match location.file() {
+        Some(path) => anyhow::ensure!(
+            args.yes || !path.exists(),
+            "keyorder bench empties the queue tables of {}: re-run with --yes, or name a new file",
+            path.display()
+        ),
+        None => anyhow::ensure!(
+            args.yes,
+            "keyorder bench empties delivery_queue and delivery_dlq: re-run with --yes on a throwaway database"
+        ),
     }
-    anyhow::ensure!(args.yes, "keyorder bench empties delivery_queue and delivery_dlq: re-run with --yes on a throwaway database");
     block_on(async move {
-        let mut c = args.db.client().await?;
-        schema::migrate(&mut c).await?;
-        c.batch_execute("TRUNCATE delivery_queue, delivery_dlq").await?;
+        let mut c = location.open_admin(OpenMode::Migrate).await.map_err(open_error)?;
+        c.migrate().await?;
+        c.empty_queue(true).await?;
+        if let Some(path) = location.file() {
+            println!(
+                "SQLite store {}: journal_mode=WAL, synchronous=NORMAL, {PARTITIONS} partitions, no-op deliverer",
+                path.display()
+            );
+        }
         let mut next = 0u64;
-        deliveries(&args, &mut c, &mut next).await?;
+        deliveries(&args, &location, &mut c, &mut next).await?;
         if args.only_delivery {
             return Ok(());
         }
@@ -96,29 +109,35 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         enqueue(&mut c, &mut next, args.events, args.keys).await?;
         let secs = clock.now().saturating_since(t0).as_secs_f64();
         println!(
-            "batch enqueue: {} events in {secs:.2} s = {:.0} events/s (batches of {BATCH})",
+            "batch enqueue: {} events in {secs:.2} s = {:.0} events/s (batches of {BATCH}{})",
             args.events,
-            args.events as f64 / secs
+            args.events as f64 / secs,
+            if location.file().is_some() { ", one transaction each" } else { "" }
         );
+        let drains = drain_stores(&location, PartitionCount::new(PARTITIONS)?)?;
         for (i, &w) in args.workers.iter().enumerate() {
             if i > 0 {
                 enqueue(&mut c, &mut next, args.events, args.keys).await?;
             }
-            let rate = drain(|| pg_store(&args.db.database), Probe::Pg(&c), w, args.events).await?;
+            let rate = drain(|| Ok(drains.make()?), &c, w, args.events).await?;
             println!("drain, {w} worker(s), {PARTITIONS} partitions: {rate:.0} deliveries/s");
         }
+        // A store that reuses deleted pages at once has no bloat to show.
+        if !c.deletes_leave_bloat() {
+            return Ok(());
+        }
         let w = args.workers.iter().copied().max().unwrap_or(4);
-        c.batch_execute("TRUNCATE delivery_queue").await?;
-        let fresh = best_of(3, &mut c, &mut next, &args, w).await?;
+        c.empty_queue(false).await?;
+        let fresh = best_of(3, &mut c, &mut next, &args, &drains, w).await?;
         let mut churned = 0;
         while churned < args.churn {
             let n = (args.churn - churned).min(200_000);
             enqueue(&mut c, &mut next, n, args.keys).await?;
-            drain(|| pg_store(&args.db.database), Probe::Pg(&c), w, n).await?;
+            drain(|| Ok(drains.make()?), &c, w, n).await?;
             churned += n;
             eprintln!("churned {churned} of {}", args.churn);
         }
-        let after = best_of(3, &mut c, &mut next, &args, w).await?;
+        let after = best_of(3, &mut c, &mut next, &args, &drains, w).await?;
         println!(
             "drain of {} events (best of 3), {w} workers: fresh {fresh:.0}/s, after {} churned {after:.0}/s ({:+.1}%)",
             args.sample,
@@ -129,39 +148,52 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     })?
 }
 
+/// The stores of the worker-count and churn drains.
+fn drain_stores(location: &Location, count: PartitionCount) -> anyhow::Result<StoreFactory> {
+    let options = StoreOptions { delivery_timeout: BENCH_DELIVERY_TIMEOUT, lease_expiry: None };
+    location.stores(count, options).map_err(open_error)
+}
+
 /// The best of `n` drains of `args.sample` events: short runs are noisy on a shared machine.
 async fn best_of(
     n: usize,
-    c: &mut Client,
+    c: &mut impl Admin,
     next: &mut u64,
     args: &BenchArgs,
+    stores: &StoreFactory,
     workers: usize,
 ) -> anyhow::Result<f64> {
     let mut best = 0.0f64;
     for _ in 0..n {
         enqueue(c, next, args.sample, args.keys).await?;
-        best = best
-            .max(drain(|| pg_store(&args.db.database), Probe::Pg(c), workers, args.sample).await?);
+        best = best.max(drain(|| Ok(stores.make()?), c, workers, args.sample).await?);
     }
     Ok(best)
 }
 
-async fn enqueue(c: &mut Client, next: &mut u64, n: u64, keys: u64) -> anyhow::Result<()> {
+async fn enqueue(c: &mut impl Admin, next: &mut u64, n: u64, keys: u64) -> anyhow::Result<()> {
     enqueue_routed(c, next, n, keys, PartitionCount::new(PARTITIONS)?).await
 }
 
 /// The drain rate of each `--deliver` at each `--partitions`, one worker, the events enqueued
 /// afresh each time; leaves the queue empty.
-async fn deliveries(args: &BenchArgs, c: &mut Client, next: &mut u64) -> anyhow::Result<()> {
+async fn deliveries(
+    args: &BenchArgs,
+    location: &Location,
+    c: &mut impl Admin,
+    next: &mut u64,
+) -> anyhow::Result<()> {
     for &p in &args.partitions {
         let count = PartitionCount::new(p)?;
         let mut noop = None;
         for &d in &args.deliver {
-            c.batch_execute("TRUNCATE delivery_queue").await?;
+            c.empty_queue(false).await?;
             enqueue_routed(c, next, args.events, args.keys, count).await?;
-            let store = PgStore::new(&args.db.database, count, PgOptions::default())?;
+            let options =
+                StoreOptions { delivery_timeout: Duration::from_millis(1000), lease_expiry: None };
+            let stores = location.stores(count, options).map_err(open_error)?;
             let rate = bench_http::bench_delivery(
-                move || Ok(store.clone()),
+                move || Ok(stores.make()?),
                 args.events,
                 d,
                 bench_config(d, p),
@@ -170,12 +202,12 @@ async fn deliveries(args: &BenchArgs, c: &mut Client, next: &mut u64) -> anyhow:
             print_rate(args.loops, p, d, rate, &mut noop);
         }
     }
-    c.batch_execute("TRUNCATE delivery_queue").await?;
+    c.empty_queue(false).await?;
     Ok(())
 }
 
 async fn enqueue_routed(
-    c: &mut Client,
+    c: &mut impl Admin,
     next: &mut u64,
     n: u64,
     keys: u64,
@@ -186,112 +218,9 @@ async fn enqueue_routed(
     while left > 0 {
         let size = left.min(BATCH);
         let events = batch(*next, size, keys);
-        queue::enqueue(c, &router, &events, false).await.context("enqueue")?;
+        c.enqueue(&router, &events, false).await.context("enqueue")?;
         *next += size;
         left -= size;
-    }
-    Ok(())
-}
-
-fn pg_store(url: &str) -> anyhow::Result<PgStore> {
-    Ok(PgStore::new(url, PartitionCount::new(PARTITIONS)?, PgOptions::default())?)
-}
-
-/// Where the drain looks for the queue's depth.
-enum Probe<'a> {
-    Pg(&'a Client),
-    Sqlite(&'a rusqlite::Connection),
-}
-
-impl Probe<'_> {
-    async fn depth(&self) -> anyhow::Result<i64> {
-        Ok(match self {
-            Probe::Pg(c) => c.query_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0),
-            // A count on an indexed table: short enough to run on the bench's runtime.
-            Probe::Sqlite(c) => sqlite::queue::depth(c)?,
-        })
-    }
-}
-
-/// The SQLite bench: batch enqueue, then drain with each worker count (in-process workers on
-/// one file). No churn measurement: SQLite reuses deleted pages, there is no bloat to show.
-fn run_sqlite(args: BenchArgs, path: std::path::PathBuf) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.yes || !path.exists(),
-        "keyorder bench empties the queue tables of {}: re-run with --yes, or name a new file",
-        path.display()
-    );
-    let mut c = sqlite::schema::open(&path, OpenMode::Create)
-        .with_context(|| format!("opening {}", path.display()))?;
-    c.execute_batch(
-        "DELETE FROM delivery_queue; DELETE FROM delivery_dlq; DELETE FROM keyorder_lease;",
-    )?;
-    println!(
-        "SQLite store {}: journal_mode=WAL, synchronous=NORMAL, {PARTITIONS} partitions, no-op deliverer",
-        path.display()
-    );
-    let router = Router::new(PartitionCount::new(PARTITIONS)?);
-    let clock = TokioClock::start();
-    let mut next = 0u64;
-    let enqueue = |c: &mut rusqlite::Connection, next: &mut u64, n: u64| -> anyhow::Result<()> {
-        let mut left = n;
-        while left > 0 {
-            let size = left.min(BATCH);
-            let events = batch(*next, size, args.keys);
-            sqlite::queue::enqueue(c, &router, &events).context("enqueue")?;
-            *next += size;
-            left -= size;
-        }
-        Ok(())
-    };
-    for &p in &args.partitions {
-        let count = PartitionCount::new(p)?;
-        let router = Router::new(count);
-        let mut noop = None;
-        for &d in &args.deliver {
-            c.execute_batch("DELETE FROM delivery_queue; DELETE FROM keyorder_lease;")?;
-            let mut left = args.events;
-            while left > 0 {
-                let size = left.min(BATCH);
-                sqlite::queue::enqueue(&mut c, &router, &batch(next, size, args.keys))
-                    .context("enqueue")?;
-                next += size;
-                left -= size;
-            }
-            let options = SqliteOptions::for_delivery_timeout(Duration::from_millis(1000));
-            let file = path.clone();
-            let rate = bench_http::bench_delivery(
-                move || Ok(SqliteStore::new(&file, count, options, TokioClock::start())?),
-                args.events,
-                d,
-                bench_config(d, p),
-                args.loops,
-            )?;
-            print_rate(args.loops, p, d, rate, &mut noop);
-        }
-    }
-    c.execute_batch("DELETE FROM delivery_queue; DELETE FROM keyorder_lease;")?;
-    if args.only_delivery {
-        return Ok(());
-    }
-    let t0 = clock.now();
-    enqueue(&mut c, &mut next, args.events)?;
-    let secs = clock.now().saturating_since(t0).as_secs_f64();
-    println!(
-        "batch enqueue: {} events in {secs:.2} s = {:.0} events/s (batches of {BATCH}, one transaction each)",
-        args.events,
-        args.events as f64 / secs
-    );
-    for (i, &w) in args.workers.iter().enumerate() {
-        if i > 0 {
-            enqueue(&mut c, &mut next, args.events)?;
-        }
-        let store = || {
-            let options = SqliteOptions::for_delivery_timeout(BENCH_DELIVERY_TIMEOUT);
-            Ok(SqliteStore::new(&path, PartitionCount::new(PARTITIONS)?, options, clock)?)
-        };
-        let rate = block_on(drain(store, Probe::Sqlite(&c), w, args.events))??;
-        println!("drain, {w} worker(s), {PARTITIONS} partitions: {rate:.0} deliveries/s");
     }
     Ok(())
 }
@@ -319,7 +248,7 @@ fn batch(first: u64, size: u64, keys: u64) -> Vec<Event> {
 /// lease start-up and the last partitions' tails do not count. Returns once the queue is empty.
 async fn drain<S: Store>(
     store: impl Fn() -> anyhow::Result<S>,
-    probe: Probe<'_>,
+    probe: &impl Admin,
     workers: usize,
     n: u64,
 ) -> anyhow::Result<f64> {

@@ -14,8 +14,8 @@ use keyorder::store::Store;
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionId, Time};
 
-use super::db::block_on;
 use super::receiver::Receiver;
+use super::runtime::block_on;
 
 /// What the events are delivered with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -12,7 +12,7 @@ use keyorder::http::{
     EndpointSpec, HttpDeliverer, HttpOptions, Scheme, Signing, SigningKey, Target, TlsConfig,
 };
 
-use super::BadInput;
+use super::bad_input::BadInput;
 
 /// The environment variable that may hold the signing secret.
 pub const SECRET_ENV: &str = "KEYORDER_SIGNING_SECRET";

@@ -1,16 +1,28 @@
-//! The `keyorder` command line: argument parsing and dispatch. Library errors get context
-//! here (anyhow); bad input exits 2, anything else 1.
+//! The `keyorder` command line: argument parsing and dispatch, one file per command;
+//! `runtime.rs` holds what the database commands share (the runtime, the shutdown signal, the
+//! `--database` argument). Commands reach a store only through `keyorder::store::open` and the
+//! store traits, never a backend. Library errors get context here (anyhow); bad input
+//! ([`BadInput`]) exits 2, anything else 1.
 
 use clap::{Parser, Subcommand};
 
+use bad_input::BadInput;
+
+mod bad_input;
 mod bench;
 mod bench_http;
 mod chunks;
-pub(crate) mod db;
 mod delivery;
+mod dlq;
+mod enqueue;
+mod lag;
+mod migrate;
 mod plan;
 mod receiver;
 mod route;
+pub(crate) mod runtime;
+mod switch;
+mod work;
 mod workers;
 
 /// Operate a per-key ordered, partitioned webhook queue.
@@ -29,39 +41,34 @@ enum Command {
     /// drain-and-switch checklist.
     Plan(plan::PlanArgs),
     /// Create or upgrade the queue schema (idempotent, versioned).
-    Migrate(db::MigrateArgs),
+    Migrate(migrate::MigrateArgs),
     /// Enqueue events from JSON lines, in batches of one round trip each.
-    Enqueue(db::EnqueueArgs),
+    Enqueue(enqueue::EnqueueArgs),
     /// Deliver: lease partitions (a fair share), drain each one event at a time over HTTP.
-    Work(db::WorkArgs),
+    Work(work::WorkArgs),
     /// Per-partition depth, oldest wait, keys affected, head attempts; heaviest keys.
-    Lag(db::LagArgs),
+    Lag(lag::LagArgs),
     /// List, show and redrive dead-lettered events.
-    Dlq(db::DlqArgs),
+    Dlq(dlq::DlqArgs),
     /// Measure the store (PostgreSQL, or SQLite with --database sqlite:PATH): batch enqueue,
     /// drain with 1..8 workers, churn (PostgreSQL).
     Bench(bench::BenchArgs),
     /// Change the partition count online (no write pause): a new layout with a per-key barrier.
-    Switch(db::SwitchArgs),
+    Switch(switch::SwitchArgs),
 }
-
-/// Input the user can fix: reported with exit code 2, like a usage error.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Route(args) => route::run(args),
         Command::Plan(args) => plan::run(args),
-        Command::Migrate(args) => db::migrate(args),
-        Command::Enqueue(args) => db::enqueue(args),
-        Command::Work(args) => db::work(args),
-        Command::Lag(args) => db::lag(args),
-        Command::Dlq(args) => db::dlq(args),
+        Command::Migrate(args) => migrate::migrate(args),
+        Command::Enqueue(args) => enqueue::enqueue(args),
+        Command::Work(args) => work::work(args),
+        Command::Lag(args) => lag::lag(args),
+        Command::Dlq(args) => dlq::dlq(args),
         Command::Bench(args) => bench::run(args),
-        Command::Switch(args) => db::switch(args),
+        Command::Switch(args) => switch::switch(args),
     }
 }
 

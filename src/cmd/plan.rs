@@ -9,9 +9,12 @@ use anyhow::Context;
 use clap::Args;
 use keyorder::plan::{parse_sample_line, DrainInput, Plan, Planner};
 use keyorder::routing::digest_many;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::{AdminConn, OpenMode};
 use keyorder::{Overrides, PartitionCount};
 
-use super::{chunks, BadInput};
+use super::bad_input::BadInput;
+use super::chunks;
 
 /// Keys per batch of the queued-keys sample (`--database` without `--keys`).
 const BATCH: usize = 8192;
@@ -60,8 +63,8 @@ struct Verdict {
     reasons: Vec<String>,
     depth: i64,
     oldest_wait_seconds: f64,
-    split_keys: Vec<keyorder::store::postgres::queue::SplitKey>,
-    partitions: Vec<keyorder::store::postgres::queue::PartitionLag>,
+    split_keys: Vec<keyorder::store::admin::SplitKey>,
+    partitions: Vec<keyorder::store::admin::PartitionLag>,
 }
 
 fn parse_count(text: &str) -> Result<PartitionCount, String> {
@@ -83,7 +86,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         read_sample(path, &mut planner)?;
     }
     let live = match &args.database {
-        Some(url) => Some(super::db::block_on(live_queue(
+        Some(url) => Some(super::runtime::block_on(live_queue(
             url,
             args.from,
             args.drain_rate,
@@ -93,7 +96,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     };
     if let (None, Some(url)) = (&args.keys, &args.database) {
         // No sample given: the queued keys are the sample, weighted by their queued events.
-        let keys = super::db::block_on(queued_keys(url))??;
+        let keys = super::runtime::block_on(queued_keys(url))??;
         let (k, w): (Vec<String>, Vec<f64>) = keys.into_iter().unzip();
         for (ks, ws) in k.chunks(BATCH).zip(w.chunks(BATCH)) {
             planner.add_batch(ks, ws)?;
@@ -120,14 +123,20 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
 
 /// The keys queued now, each weighted by its queued events.
 async fn queued_keys(url: &str) -> anyhow::Result<Vec<(String, f64)>> {
-    let client = super::db::Database { database: url.to_owned() }.client().await?;
-    let rows = client
-        .query(
-            "SELECT partition_key, count(*)::float8 FROM delivery_queue GROUP BY 1 ORDER BY 1",
-            &[],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(postgres_admin(url).await?.queued_keys().await?)
+}
+
+/// The admin connection of the live queue, which must be PostgreSQL: SQLite is refused as
+/// input the user can fix. Checked to be at the current schema version.
+async fn postgres_admin(url: &str) -> anyhow::Result<AdminConn> {
+    let db = super::runtime::Database { database: url.to_owned() };
+    if db.location()?.file().is_some() {
+        return Err(BadInput(format!(
+            "this needs PostgreSQL (--database postgres://...), not {url}"
+        ))
+        .into());
+    }
+    db.admin(OpenMode::Existing).await
 }
 
 /// The plan is fine but the live queue is not safe to switch: exit 1, the report said why.
@@ -141,12 +150,10 @@ async fn live_queue(
     rate: f64,
     wait: Option<u64>,
 ) -> anyhow::Result<(DrainInput, Verdict)> {
-    let db = super::db::Database { database: url.to_owned() };
-    let client = db.client().await?;
-    keyorder::store::postgres::schema::require_current(&client).await?;
+    let client = postgres_admin(url).await?;
     if let Some(secs) = wait {
         let clock = keyorder::clock::TokioClock::start();
-        let drained = keyorder::store::postgres::queue::wait_until_drained(
+        let drained = keyorder::store::admin::wait_until_drained(
             &client,
             &clock,
             std::time::Duration::from_secs(secs),
@@ -158,8 +165,8 @@ async fn live_queue(
             eprintln!("not drained after {secs} s: do NOT switch");
         }
     }
-    let lag = keyorder::store::postgres::queue::lag(&client).await?;
-    let split_keys = keyorder::store::postgres::queue::split_keys(&client, 20).await?;
+    let lag = client.lag().await?;
+    let split_keys = client.split_keys(20).await?;
     let mut depth = vec![0u64; usize::from(from.get())];
     let mut reasons = Vec::new();
     for l in &lag {

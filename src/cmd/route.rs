@@ -10,7 +10,8 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use keyorder::{route_many, PartitionCount, PartitionId};
 
-use super::{chunks, BadInput};
+use super::bad_input::BadInput;
+use super::chunks;
 
 /// Distinct keys tracked for `--stats` heaviest keys (space-saving counters).
 const HEAVY_SLOTS: usize = 1024;

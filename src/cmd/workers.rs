@@ -10,7 +10,7 @@ use keyorder::store::Store;
 use keyorder::worker::{self, StartTogether, WorkerConfig, WorkerReport};
 use tokio::sync::watch;
 
-use super::db::block_on;
+use super::runtime::block_on;
 
 /// The default thread count: the machine's cores.
 pub fn default_threads() -> usize {
@@ -70,7 +70,7 @@ where
             .context("starting a worker thread")?;
         handles.push(handle);
     }
-    block_on(super::db::shutdown(stop_after))?;
+    block_on(super::runtime::shutdown(stop_after))?;
     let _ = stop_tx.send(true);
     let mut total = WorkerReport::default();
     for handle in handles {

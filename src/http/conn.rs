@@ -75,8 +75,10 @@ impl Conn {
                 http1::handshake(TokioIo::new(stream)).await.map(boxed)
             }
         };
-        let (sender, driver) =
-            handshake.map_err(|source| DeliverError::Exchange { addr: addr.clone(), source })?;
+        let (sender, driver) = handshake.map_err(|source| DeliverError::Exchange {
+            addr: addr.clone(),
+            source: Box::new(source),
+        })?;
         let mut conn = Conn { sender, driver: Some(driver) };
         if conn.ready().await {
             Ok(conn)

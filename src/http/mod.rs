@@ -208,7 +208,7 @@ impl HttpDeliverer {
     }
 
     fn failed(&self, source: hyper::Error) -> DeliverError {
-        DeliverError::Exchange { addr: self.shared.addr.clone(), source }
+        DeliverError::Exchange { addr: self.shared.addr.clone(), source: Box::new(source) }
     }
 
     fn request(&self, partition: PartitionId, head: &Head, attempt: u32) -> Req {

@@ -1,5 +1,10 @@
-//! The store boundary the worker is written against: membership, leases, and the fenced queue
-//! operations of one leased partition.
+//! The store boundary: what the worker is written against (membership, leases, and the fenced
+//! queue operations of one leased partition: [`Store`], [`MembershipSession`],
+//! [`LeaseSession`]), what the admin commands use ([`admin::Admin`] and its report types), and
+//! the errors of both ([`StoreError`], [`admin::OpenError`]), none of which names a driver.
+//! [`open`] opens a backend from a location (`--database`); [`any`] is the worker's store on
+//! whichever backend that is. Each backend is one folder (`postgres/`, `sqlite/`) and converts
+//! its driver's errors there.
 //!
 //! Implementations: PostgreSQL (session advisory locks), SQLite (lease rows fenced by holder
 //! and epoch) and the simulation's store host. A [`LeaseSession`] holds one partition's lease;
@@ -17,8 +22,14 @@ use std::time::Duration;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 
+pub mod admin;
+pub mod any;
+pub mod open;
 pub mod postgres;
 pub mod sqlite;
+
+/// A driver's error, kept as the source of a [`StoreError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Errors at the store boundary. Any of them on a lease session means the lease is gone.
 #[derive(Debug, thiserror::Error)]
@@ -43,12 +54,28 @@ pub enum StoreError {
         /// The epoch the statement was fenced with.
         epoch: Epoch,
     },
-    /// PostgreSQL reported an error (connection, statement, or server).
-    #[error("postgres error")]
-    Postgres(#[from] tokio_postgres::Error),
-    /// SQLite reported an error (opening the file, a statement, a busy database).
-    #[error("sqlite error")]
-    Sqlite(#[from] rusqlite::Error),
+    /// The database could not be opened (the file cannot be created, opened or written, or is
+    /// not a database): something the user can fix by naming another database or fixing the
+    /// file's permissions. `backend` names the store, `source` is its driver's error.
+    #[error("{backend} error")]
+    CannotOpen {
+        /// The store: `"postgres"`, `"sqlite"`.
+        backend: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The store's driver reported an error (a connection, a statement, the server, a busy
+    /// database). `backend` names the store, `source` is the driver's error (each backend folder
+    /// converts its driver's errors, so nothing else names a driver).
+    #[error("{backend} error")]
+    Backend {
+        /// The store: `"postgres"`, `"sqlite"`.
+        backend: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
     /// An expiry lease may end before a delivery started now could finish, by the holder's own
     /// clock: the holder must not deliver (see [`LeaseSession::ensure_lasts`]).
     #[error("partition {partition}: lease with epoch {epoch} may expire within {needed:?}")]
@@ -104,12 +131,12 @@ pub enum Handover {
 /// A handle that opens sessions. Cheap to clone.
 pub trait Store: Clone + 'static {
     /// The worker's membership session.
-    type Control: ControlSession;
+    type Membership: MembershipSession;
     /// A session holding one partition's lease.
     type Lease: LeaseSession + 'static;
 
     /// Opens the membership session of `worker`; the worker counts as live while it is open.
-    async fn connect(&self, worker: &str) -> Result<Self::Control, StoreError>;
+    async fn connect(&self, worker: &str) -> Result<Self::Membership, StoreError>;
 
     /// Opens a dedicated session and tries to take `partition`'s lease on it: `None` when
     /// another session holds it.
@@ -117,7 +144,7 @@ pub trait Store: Clone + 'static {
 }
 
 /// The worker's membership session.
-pub trait ControlSession {
+pub trait MembershipSession {
     /// Live workers (open membership sessions), the caller included.
     async fn live_workers(&mut self) -> Result<usize, StoreError>;
 

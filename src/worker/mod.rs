@@ -1,11 +1,15 @@
 //! The async worker loop, written once and generic over a [`Store`] and a [`Deliver`]:
-//! production runs it against PostgreSQL and HTTP, the simulation inside turmoil hosts.
+//! production runs it against PostgreSQL or SQLite (through `store::any::AnyStore`) and HTTP,
+//! the simulation inside turmoil hosts against its simulated store.
 //!
 //! One membership session keeps the worker counted as live; every `rebalance_every` the worker
 //! reads the partition count and the live workers, gives back what exceeds its fair share
 //! ([`crate::lease::rebalance`]) and tries to lease more up to it. Each leased partition runs
 //! in its own task with its own session and drain machine, so partitions progress in parallel
 //! while each one delivers strictly one event at a time.
+//!
+//! A drain machine that refuses an input (a bug of this loop) stops its partition task, which
+//! gives the lease back unclean and reports [`WorkerEvent::DrainRefused`].
 //!
 //! Must run inside a tokio `LocalSet` (turmoil hosts do): partition tasks are `spawn_local`ed.
 //! Every `select!` is `biased`, so no unseeded tokio randomness decides anything.
@@ -23,7 +27,7 @@ use crate::drain::{DrainConfig, DEFAULT_IDLE_POLL};
 use crate::ids::PartitionId;
 use crate::lease::rebalance;
 use crate::retry::RetryPolicy;
-use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError};
+use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError};
 
 mod partition;
 
@@ -61,6 +65,10 @@ pub struct WorkerConfig {
     /// once, after its membership is registered and before its first rebalance, so the
     /// first loop up does not lease every partition only to hand most of them back.
     pub start_together: Option<StartTogether>,
+    /// Test only: every partition task feeds each delivery result twice (a worker bug the
+    /// drain machine refuses), so that a test can drive the refusal path.
+    #[cfg(test)]
+    pub(crate) repeat_results: bool,
 }
 
 /// A meeting point of worker loops that start together; see
@@ -100,6 +108,8 @@ impl WorkerConfig {
             takeover_delay: None,
             observer: None,
             start_together: None,
+            #[cfg(test)]
+            repeat_results: false,
         }
     }
 }
@@ -136,6 +146,15 @@ pub enum WorkerEvent {
         /// The partition.
         partition: PartitionId,
         /// What failed, with its causes.
+        error: String,
+    },
+    /// A partition's drain machine refused an input (a bug in the worker loop): the partition
+    /// task stopped and gave the lease back as unclean; another holder, or this worker's next
+    /// lease of it, starts afresh after the takeover wait. Counted as a lost lease.
+    DrainRefused {
+        /// The partition.
+        partition: PartitionId,
+        /// What the machine refused.
         error: String,
     },
     /// The membership session failed; the worker reconnects after a pause.
@@ -187,7 +206,7 @@ where
     let mut worker =
         Worker { store, deliver, clock, config, tasks: JoinSet::new(), owned: Owned::new() };
     let mut report = WorkerReport::default();
-    let mut control: Option<S::Control> = None;
+    let mut control: Option<S::Membership> = None;
     tokio::pin!(shutdown);
     loop {
         let pause = match worker.turn(&mut control, &mut report).await {
@@ -224,7 +243,7 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
     /// One membership turn: connect if needed, then rebalance.
     async fn turn(
         &mut self,
-        control: &mut Option<S::Control>,
+        control: &mut Option<S::Membership>,
         report: &mut WorkerReport,
     ) -> Result<(), StoreError> {
         while let Some(exit) = self.tasks.try_join_next() {
@@ -296,6 +315,8 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
             delivery_timeout: self.config.delivery_timeout,
             unsettled: false,
             inherited: lease.handover() == Handover::Unclean,
+            #[cfg(test)]
+            repeat_results: self.config.repeat_results,
         };
         self.owned.insert(partition, Some(tx));
         self.tasks.spawn_local(task.run(lease, rx));
@@ -316,6 +337,11 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
                 report.lost += 1;
                 self.owned.remove(&p);
                 self.observe(WorkerEvent::Lost { partition: p, error: chain(&err) });
+            }
+            Ok(PartitionExit::Refused(p, err)) => {
+                report.lost += 1;
+                self.owned.remove(&p);
+                self.observe(WorkerEvent::DrainRefused { partition: p, error: chain(&err) });
             }
             // A partition task panicked: that is a bug; surface it rather than hide it.
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),

@@ -7,7 +7,7 @@ use tokio::sync::oneshot::{self, error::TryRecvError};
 
 use crate::clock::Clock;
 use crate::deliver::{Deliver, DeliverError};
-use crate::drain::{Action, Drain, DrainConfig, Head, Input};
+use crate::drain::{Action, Drain, DrainConfig, DrainError, Head, Input};
 use crate::ids::{PartitionId, Time};
 use crate::store::{Handover, LeaseSession, StoreError, StoredHead};
 
@@ -18,6 +18,24 @@ pub enum PartitionExit {
     Released(PartitionId),
     /// The lease was lost (a store error); the session is dropped.
     Lost(PartitionId, StoreError),
+    /// The drain machine refused an input (a worker bug): the task stopped at once and gave
+    /// the lease back as unclean, since a delivery of it may still be out. The session ends
+    /// either way, even if the hand-back failed.
+    Refused(PartitionId, DrainError),
+}
+
+/// Why carrying out actions stopped early.
+enum Stop {
+    /// A store call failed: the lease is gone.
+    Store(StoreError),
+    /// The drain machine refused an input: the partition's state is no longer trusted.
+    Refused(DrainError),
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Self {
+        Stop::Store(e)
+    }
 }
 
 /// What a turn of carrying out actions ended with.
@@ -41,6 +59,9 @@ pub(super) struct PartitionTask<D, C> {
     /// (its first read comes only after the takeover wait): until then a delivery of the
     /// previous holder may still be out, so giving the lease back is not clean either.
     pub(super) inherited: bool,
+    /// Test only: feed every delivery's result twice, the kind of bug a refusal reports.
+    #[cfg(test)]
+    pub(super) repeat_results: bool,
 }
 
 impl<D: Deliver, C: Clock> PartitionTask<D, C> {
@@ -53,13 +74,17 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
         let partition = lease.partition();
         let mut drain = Drain::new(self.drain.clone());
         let acquired = Input::LeaseAcquired { epoch: lease.epoch() };
-        self.feed(&mut drain, acquired);
+        if let Err(err) = self.feed(&mut drain, acquired) {
+            return Self::refused(lease, err).await;
+        }
         loop {
             match self.carry_out(&mut drain, &mut lease, &mut release).await {
-                Err(err) => {
-                    self.feed(&mut drain, Input::LeaseLost);
+                Err(Stop::Store(err)) => {
+                    // The lease is gone; a refusal of this last input changes nothing.
+                    let _ = self.feed(&mut drain, Input::LeaseLost);
                     return PartitionExit::Lost(partition, err);
                 }
+                Err(Stop::Refused(err)) => return Self::refused(lease, err).await,
                 Ok(Turn::Release) => {
                     // A failed unlock still ends the session, and with it the lock.
                     let handover = if self.unsettled || self.inherited {
@@ -74,21 +99,35 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Ok(Turn::Idle) => {
                     let wait = drain.poll_timeout().map(|t| t.saturating_since(self.clock.now()));
-                    tokio::select! {
+                    let fed = tokio::select! {
                         biased;
                         _ = &mut release => self.feed(&mut drain, Input::ReleaseRequested),
-                        _ = sleep_for(wait) => drain.handle_timeout(self.clock.now()),
+                        _ = sleep_for(wait) => {
+                            drain.handle_timeout(self.clock.now());
+                            Ok(())
+                        }
+                    };
+                    if let Err(err) = fed {
+                        return Self::refused(lease, err).await;
                     }
                 }
             }
         }
     }
 
-    fn feed(&self, drain: &mut Drain, input: Input) {
-        if let Err(err) = drain.handle(input, self.clock.now()) {
-            // Inputs come from this loop only, so this is a worker bug: keep going, loudly.
-            debug_assert!(false, "drain refused an input: {err}");
-        }
+    /// Inputs come from this task only, so a refusal is a worker bug. In a release build it
+    /// must not pass silently, nor may the task go on with a machine whose state it no longer
+    /// knows: the caller stops and gives the lease back ([`Self::refused`]).
+    fn feed(&self, drain: &mut Drain, input: Input) -> Result<(), DrainError> {
+        drain.handle(input, self.clock.now())
+    }
+
+    /// Gives the lease back after a refusal: unclean, since a delivery may still be out.
+    async fn refused<L: LeaseSession>(lease: L, err: DrainError) -> PartitionExit {
+        let partition = lease.partition();
+        // A failed hand-back ends the session too, and with it the lease.
+        let _ = lease.release(Handover::Unclean).await;
+        PartitionExit::Refused(partition, err)
     }
 
     /// Carries out queued actions until none is left. A store error ends the lease.
@@ -103,7 +142,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
         drain: &mut Drain,
         lease: &mut L,
         release: &mut oneshot::Receiver<()>,
-    ) -> Result<Turn, StoreError> {
+    ) -> Result<Turn, Stop> {
         while let Some(action) = drain.poll_action() {
             match action {
                 Action::FetchHead { .. } => {
@@ -111,14 +150,19 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                     self.inherited = false;
                     let head = lease.fetch_head().await?;
                     let now = self.clock.now();
-                    self.feed(drain, Input::HeadFetched(head.map(|h| to_head(h, now))));
+                    self.feed(drain, Input::HeadFetched(head.map(|h| to_head(h, now))))
+                        .map_err(Stop::Refused)?;
                 }
                 Action::Deliver { partition, head, attempt, .. } => {
                     // An expiry lease must outlast the delivery; no await comes between this
                     // check and the delivery's own timeout.
                     lease.ensure_lasts(self.delivery_timeout).await?;
                     let input = self.deliver(partition, &head, attempt).await;
-                    self.feed(drain, input);
+                    #[cfg(test)]
+                    if self.repeat_results {
+                        self.feed(drain, input.clone()).map_err(Stop::Refused)?;
+                    }
+                    self.feed(drain, input).map_err(Stop::Refused)?;
                 }
                 Action::Acknowledge { seq, .. } => lease.ack(seq).await?,
                 Action::ScheduleRetry { seq, attempts, not_before, error, .. } => {
@@ -132,7 +176,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
             }
             // A dropped sender asks for the lease back too, as it does in the idle `select!`.
             if !matches!(release.try_recv(), Err(TryRecvError::Empty)) {
-                self.feed(drain, Input::ReleaseRequested);
+                self.feed(drain, Input::ReleaseRequested).map_err(Stop::Refused)?;
             }
         }
         Ok(Turn::Idle)

@@ -98,7 +98,7 @@ fn io(text: &str) -> StoreError {
 }
 
 impl Store for FakeStore {
-    type Control = FakeControl;
+    type Membership = FakeControl;
     type Lease = FakeLease;
 
     async fn connect(&self, worker: &str) -> Result<FakeControl, StoreError> {
@@ -157,7 +157,7 @@ impl FakeControl {
     }
 }
 
-impl ControlSession for FakeControl {
+impl MembershipSession for FakeControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
         let db = self.read().await?;
         Ok(db.members + db.others)
@@ -786,6 +786,7 @@ async fn a_partition_task_whose_worker_is_gone_gives_its_lease_back_after_the_de
             delivery_timeout: Duration::from_secs(2),
             unsettled: false,
             inherited: false,
+            repeat_results: false,
         };
         let (tx, rx) = oneshot::channel();
         let handle = tokio::task::spawn_local(task.run(lease, rx));
@@ -1267,6 +1268,43 @@ async fn each_lease_of_a_partition_draws_its_own_jitter() {
             assert_ne!(first, second, "the new lease replayed the old one's jitter");
         }
         worker.stop().await;
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A refused input.
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_input_is_reported_and_the_lease_given_back_unclean() {
+    let h = Harness::new(1);
+    local(async {
+        let seq = h.enqueue(0);
+        let worker = h.start(WorkerConfig { repeat_results: true, ..h.config("w1") });
+        h.at(500).await;
+        assert_eq!(h.attempts(), vec![(0, seq.0, 1)], "delivered once before the refusal");
+        let refused: Vec<u16> = h
+            .events()
+            .iter()
+            .filter_map(|(_, e)| match e {
+                WorkerEvent::DrainRefused { partition, error } => {
+                    assert!(error.contains("nothing is in flight"), "{error}");
+                    Some(partition.0)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(refused, vec![0], "the refusal is a worker event: {:?}", h.events());
+        let releases: Vec<(u16, u64, Handover)> =
+            h.db.borrow().releases.iter().map(|(q, e, how, _)| (q.0, e.0, *how)).collect();
+        assert_eq!(releases, vec![(0, 1, Handover::Unclean)], "given back at once, unclean");
+        // Taken again afresh: the next lease waits out the takeover before it reads.
+        let acquired: Vec<(u64, Handover)> =
+            h.db.borrow().acquired.iter().map(|(_, e, how, _)| (e.0, *how)).collect();
+        assert_eq!(acquired[1..], [(2, Handover::Unclean)], "{acquired:?}");
+        assert_eq!(h.queued(0), 1, "nothing acknowledged after the refusal: redelivered later");
+        let report = worker.stop().await;
+        assert_eq!(report.lost, 1, "the refused lease counts as lost: {report:?}");
     })
     .await;
 }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use keyorder::key::Event;
-use keyorder::store::{ControlSession, Handover, LeaseSession, Store, StoreError};
+use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError};
 use keyorder::{PartitionCount, PartitionId, Router};
 
 /// The partition count every case routes with.
@@ -165,7 +165,7 @@ pub async fn fencing_after_lease_loss<F: Fixture>(fx: &F) {
         assert!(
             matches!(
                 e,
-                StoreError::LeaseNotHeld { .. } | StoreError::Postgres(_) | StoreError::Io(_)
+                StoreError::LeaseNotHeld { .. } | StoreError::Backend { .. } | StoreError::Io(_)
             ),
             "{e:?}"
         );

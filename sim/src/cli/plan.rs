@@ -130,7 +130,7 @@ trait Named {
 
 impl Named for keyorder_sim::plan::ProcedureRun {
     fn procedure_name(&self) -> &'static str {
-        use keyorder_sim::faults::Procedure;
+        use keyorder_sim::scenario::Procedure;
         match self.procedure {
             Procedure::DrainAndSwitch => "drain-and-switch",
             Procedure::Online => "online",

@@ -20,7 +20,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::check::{Acked, DeadLettered, Enqueued, LeaseChange, LeaseEvent};
-use keyorder::migrate::{barrier, Barrier, DEFAULT_HOLD_POLL};
+use keyorder::repartition::{barrier, Barrier, DEFAULT_HOLD_POLL};
 use keyorder::{Epoch, PartitionId, Seq, Time};
 use turmoil::net::TcpListener;
 

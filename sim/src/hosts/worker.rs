@@ -16,7 +16,7 @@ use std::time::Duration;
 use keyorder::clock::Clock;
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::Head;
-use keyorder::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
+use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
 
@@ -173,7 +173,7 @@ fn unexpected(operation: &'static str, resp: StoreResponse) -> StoreError {
 }
 
 impl Store for SimStore {
-    type Control = SimControl;
+    type Membership = SimControl;
     type Lease = SimLease;
 
     async fn connect(&self, worker: &str) -> Result<SimControl, StoreError> {
@@ -234,7 +234,7 @@ impl SimStore {
     }
 }
 
-impl ControlSession for SimControl {
+impl MembershipSession for SimControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
         gate(&self.control, &self.worker).await;
         match self

@@ -5,8 +5,8 @@ use std::fs::File;
 use std::io::BufReader;
 
 use keyorder::PartitionCount;
-use keyorder_sim::faults::Procedure;
 use keyorder_sim::plan::{compare, KeySample};
+use keyorder_sim::scenario::Procedure;
 
 #[test]
 fn safe_procedures_pass_and_the_flip_fails_on_the_same_keys() {

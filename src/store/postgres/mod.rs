@@ -23,10 +23,12 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::clock::{Clock, TokioClock};
 use crate::ids::{Epoch, PartitionId, Seq, Time};
-use crate::migrate::DEFAULT_HOLD_POLL;
+use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
+use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
+pub mod admin;
+mod error;
 pub mod queue;
 pub mod schema;
 
@@ -109,13 +111,20 @@ impl PgStore {
     /// A store for the database at `url` (a `postgres://` URL or key=value string), leasing
     /// under `count` partitions.
     pub fn new(url: &str, count: PartitionCount, options: PgOptions) -> Result<Self, StoreError> {
+        let config = Self::config_of(url)?;
+        Ok(Self { config, count, options, clock: TokioClock::start(), spare: Default::default() })
+    }
+
+    /// The connection configuration of `url`, with a connect timeout of 5 s unless it sets one;
+    /// [`StoreError::Refused`] when it does not parse.
+    pub(crate) fn config_of(url: &str) -> Result<Config, StoreError> {
         let mut config: Config = url.parse().map_err(|e: tokio_postgres::Error| {
             StoreError::Refused { operation: "parse the database URL", reason: e.to_string() }
         })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
-        Ok(Self { config, count, options, clock: TokioClock::start(), spare: Default::default() })
+        Ok(config)
     }
 
     /// The connection configuration.
@@ -131,7 +140,7 @@ pub struct PgControl {
 }
 
 impl Store for PgStore {
-    type Control = PgControl;
+    type Membership = PgControl;
     type Lease = PgLease;
 
     async fn connect(&self, _worker: &str) -> Result<PgControl, StoreError> {
@@ -200,7 +209,7 @@ impl Store for PgStore {
     }
 }
 
-impl ControlSession for PgControl {
+impl MembershipSession for PgControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
         let row = self
             .client

@@ -1,23 +1,14 @@
 //! Queue operations outside a lease: batch enqueue, lag and skew, the split-key check, the
 //! drain-to-zero figures repartitioning needs, and the dead-letter table.
 
-use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::key::{partition_key, Event};
 use crate::routing::{PartitionCount, Router};
+use crate::store::admin::{DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey};
 use crate::store::StoreError;
 
 use super::schema::KEY_NAMESPACE;
-
-/// What a batch enqueue did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct EnqueueReport {
-    /// Rows inserted.
-    pub inserted: u64,
-    /// Event ids already in the queue (the batch went on without them).
-    pub duplicates: Vec<String>,
-}
 
 /// Inserts `events` in one statement (one round trip), routed by `router`. Duplicate event ids
 /// are reported, not errors. With `serialise_keys`, the transaction first takes a
@@ -86,18 +77,9 @@ fn count_of(n: i16) -> Result<PartitionCount, StoreError> {
         .map_err(|e| StoreError::Refused { operation: "read the layout", reason: e.to_string() })
 }
 
-/// A layout: a partition count in force from an epoch on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Layout {
-    /// The epoch rows routed under it carry.
-    pub epoch: i32,
-    /// Its partition count.
-    pub partitions: u16,
-}
-
 /// Starts an online change of count from `from` to `to`: a new layout that `enqueue` routes
 /// with at once, while workers lease both layouts' partitions and hold each moving key's new
-/// rows until its old rows are delivered (see [`crate::migrate`]). Refused when the count in
+/// rows until its old rows are delivered (see [`crate::repartition`]). Refused when the count in
 /// force is not `from`. Producers that do not go through [`enqueue`] must switch too.
 pub async fn switch_online(
     client: &mut Client,
@@ -148,21 +130,6 @@ pub async fn consumer_count(client: &Client) -> Result<Option<PartitionCount>, S
     row.get::<_, Option<i16>>(0).map(count_of).transpose()
 }
 
-/// One partition's lag.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct PartitionLag {
-    /// The partition.
-    pub partition: i16,
-    /// Rows queued.
-    pub depth: i64,
-    /// Age of the oldest queued row, in seconds.
-    pub oldest_wait_seconds: f64,
-    /// Distinct keys queued.
-    pub keys_affected: i64,
-    /// Failed attempts recorded at the head.
-    pub head_attempts: i32,
-}
-
 /// Per-partition depth, oldest wait, keys affected and attempts at the head, oldest first.
 pub async fn lag(client: &Client) -> Result<Vec<PartitionLag>, StoreError> {
     let rows = client
@@ -185,15 +152,6 @@ pub async fn lag(client: &Client) -> Result<Vec<PartitionLag>, StoreError> {
         .collect())
 }
 
-/// A key's queued rows, for skew reports.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct KeyDepth {
-    /// The key.
-    pub key: String,
-    /// Its queued rows.
-    pub depth: i64,
-}
-
 /// The `limit` keys with the most queued rows.
 pub async fn heaviest_keys(client: &Client, limit: i64) -> Result<Vec<KeyDepth>, StoreError> {
     let rows = client
@@ -203,15 +161,6 @@ pub async fn heaviest_keys(client: &Client, limit: i64) -> Result<Vec<KeyDepth>,
         )
         .await?;
     Ok(rows.iter().map(|r| KeyDepth { key: r.get(0), depth: r.get(1) }).collect())
-}
-
-/// A key queued on more than one partition.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SplitKey {
-    /// The key.
-    pub key: String,
-    /// The partitions it is queued on.
-    pub partitions: Vec<i16>,
 }
 
 /// Keys queued on two or more partitions (the reference's `assert_no_split_keys`), at most
@@ -226,29 +175,6 @@ pub async fn split_keys(client: &Client, limit: i64) -> Result<Vec<SplitKey>, St
         )
         .await?;
     Ok(rows.iter().map(|r| SplitKey { key: r.get(0), partitions: r.get(1) }).collect())
-}
-
-/// A dead-lettered row.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct DeadRow {
-    /// The dead-letter id.
-    pub id: i64,
-    /// Its queue seq, if it came from keyorder.
-    pub seq: Option<i64>,
-    /// Its partition.
-    pub partition: i16,
-    /// Its key.
-    pub key: String,
-    /// Its event id.
-    pub event_id: String,
-    /// Attempts made.
-    pub attempts: i16,
-    /// Why.
-    pub reason: String,
-    /// When, as text.
-    pub dead_lettered_at: String,
-    /// The payload, as JSON text.
-    pub payload: String,
 }
 
 /// Dead-lettered rows, newest first, at most `limit`; with `id`, that one only.
@@ -313,30 +239,6 @@ pub async fn redrive(
 /// Rows in the queue.
 pub async fn depth(client: &Client) -> Result<i64, StoreError> {
     Ok(client.query_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0))
-}
-
-/// Waits until the queue is empty (the drain step of drain-and-switch), polling every
-/// `poll` and reporting the depth to `progress`; `false` when `timeout` passed first (do NOT
-/// switch then). Time is the caller's clock.
-pub async fn wait_until_drained(
-    client: &Client,
-    clock: &impl crate::clock::Clock,
-    timeout: std::time::Duration,
-    poll: std::time::Duration,
-    mut progress: impl FnMut(i64),
-) -> Result<bool, StoreError> {
-    let deadline = clock.now().saturating_add(timeout);
-    loop {
-        let d = depth(client).await?;
-        if d == 0 {
-            return Ok(true);
-        }
-        progress(d);
-        if clock.now() >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(poll).await;
-    }
 }
 
 /// Every per-key delivery target (`keyorder_endpoint`), in key order.

@@ -55,12 +55,14 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::clock::{Clock, TokioClock};
 use crate::ids::{Epoch, PartitionId, Seq};
-use crate::migrate::DEFAULT_HOLD_POLL;
+use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
+use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 mod acks;
+pub mod admin;
 mod conn;
+mod error;
 pub mod queue;
 pub mod schema;
 
@@ -241,7 +243,7 @@ impl Drop for SqliteControl {
 }
 
 impl Store for SqliteStore {
-    type Control = SqliteControl;
+    type Membership = SqliteControl;
     type Lease = SqliteLease;
 
     async fn connect(&self, worker: &str) -> Result<SqliteControl, StoreError> {
@@ -328,7 +330,7 @@ fn take_lease(
     Ok(Some((epoch, clean)))
 }
 
-impl ControlSession for SqliteControl {
+impl MembershipSession for SqliteControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
         let n: i64 = self
             .conn

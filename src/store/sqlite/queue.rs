@@ -9,9 +9,7 @@ use crate::key::{partition_key, Event};
 use crate::routing::{PartitionCount, Router};
 use crate::store::StoreError;
 
-pub use crate::store::postgres::queue::{
-    DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey,
-};
+use crate::store::admin::{DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey};
 
 fn count_of(n: i64) -> Result<PartitionCount, StoreError> {
     PartitionCount::new(n)

@@ -97,18 +97,7 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 /// How long a connection waits for another's write lock before failing.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What opening a database file may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenMode {
-    /// Create the file if it does not exist and lay down the schema in a fresh file; an
-    /// existing keyorder database must be at [`SCHEMA_VERSION`].
-    Create,
-    /// Upgrade (`keyorder migrate`): like `Create`, but an older keyorder schema is accepted,
-    /// and nothing is applied: the caller runs [`migrate`] and reports what it applied.
-    Migrate,
-    /// The file must exist and be at [`SCHEMA_VERSION`] (reading commands never create files).
-    Existing,
-}
+pub use crate::store::admin::OpenMode;
 
 /// What a file holds, judged without writing to it.
 enum Found {
@@ -153,7 +142,7 @@ fn inspect(path: &Path) -> Result<Found, StoreError> {
         Some(ErrorCode::NotADatabase) => {
             refused(format!("{shown} is not a SQLite database (is it the right file?)"))
         }
-        _ => StoreError::Sqlite(e),
+        _ => StoreError::from(e),
     };
     let conn = Connection::open_with_flags(path, flags).map_err(not_sqlite)?;
     conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
@@ -183,6 +172,10 @@ fn inspect(path: &Path) -> Result<Found, StoreError> {
 /// `synchronous = NORMAL`, busy timeout) and, unless `mode` is [`OpenMode::Migrate`], its
 /// schema is current.
 pub fn open(path: &Path, mode: OpenMode) -> Result<Connection, StoreError> {
+    open_checked(path, mode).map_err(super::error::opening)
+}
+
+fn open_checked(path: &Path, mode: OpenMode) -> Result<Connection, StoreError> {
     let shown = path.display();
     let found = inspect(path)?;
     match (&found, mode) {

@@ -1,0 +1,84 @@
+//! `keyorder dlq`: list, show and redrive dead-lettered events.
+
+use clap::{Args, Subcommand};
+use keyorder::store::admin::Admin;
+use keyorder::store::open::OpenMode;
+use keyorder::{PartitionCount, Router};
+
+use super::bad_input::BadInput;
+use super::runtime::{block_on, parse_count, Database};
+
+#[derive(Debug, Args)]
+pub struct DlqArgs {
+    #[command(flatten)]
+    db: Database,
+    #[command(subcommand)]
+    action: DlqAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum DlqAction {
+    /// Dead-lettered events, newest first.
+    List {
+        /// How many.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One dead-lettered event with its payload.
+    Show {
+        /// Its dead-letter id.
+        id: i64,
+    },
+    /// Re-enqueue one at the tail. Its key's later events were delivered before it: this is an
+    /// ordering gap, which --accept-gap acknowledges.
+    Redrive {
+        /// Its dead-letter id.
+        id: i64,
+        /// The partition count producers route with.
+        #[arg(long, value_parser = parse_count, default_value = "16")]
+        partitions: PartitionCount,
+        /// Confirm that delivering it after later events of its key is acceptable.
+        #[arg(long)]
+        accept_gap: bool,
+    },
+}
+
+pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
+    block_on(async {
+        let mut client = args.db.admin(OpenMode::Existing).await?;
+        match args.action {
+            DlqAction::List { limit, json } => {
+                for r in client.dead_letters(None, limit).await? {
+                    if json {
+                        println!("{}", serde_json::to_string(&r)?);
+                    } else {
+                        println!(
+                            "{:>6}  p{:<4} {:<24} {:<24} {}  {}",
+                            r.id, r.partition, r.key, r.event_id, r.dead_lettered_at, r.reason
+                        );
+                    }
+                }
+            }
+            DlqAction::Show { id } => match client.dead_letters(Some(id), 1).await?.pop() {
+                Some(r) => println!("{}", serde_json::to_string_pretty(&r)?),
+                None => return Err(BadInput(format!("no dead-lettered event with id {id}")).into()),
+            },
+            DlqAction::Redrive { id, partitions, accept_gap } => {
+                if !accept_gap {
+                    return Err(BadInput(
+                        "redrive puts the event at the tail, after later events of its key: an ordering gap. Re-run with --accept-gap to do it".into(),
+                    )
+                    .into());
+                }
+                match client.redrive(&Router::new(partitions), id).await? {
+                    Some(seq) => println!("redriven as seq {seq} at the tail: it is delivered after later events of its key (an ordering gap)"),
+                    None => return Err(BadInput(format!("no dead-lettered event with id {id}")).into()),
+                }
+            }
+        }
+        Ok(())
+    })?
+}

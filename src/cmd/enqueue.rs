@@ -1,0 +1,88 @@
+//! `keyorder enqueue`: events from JSON lines, in batches of one round trip each.
+
+use std::io::{self, BufRead, BufReader};
+use std::path::PathBuf;
+
+use clap::Args;
+use keyorder::key::Event;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::{AdminConn, OpenMode};
+use keyorder::{PartitionCount, Router};
+
+use super::bad_input::BadInput;
+use super::runtime::{block_on, parse_count, Database};
+
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    #[command(flatten)]
+    db: Database,
+    /// The partition count producers route with.
+    #[arg(long, value_parser = parse_count, default_value = "16")]
+    partitions: PartitionCount,
+    /// Events per insert statement (one round trip each).
+    #[arg(long, default_value_t = 5000)]
+    batch: usize,
+    /// Take a per-key advisory lock in each transaction, so that concurrent producers of one
+    /// key commit in seq order.
+    #[arg(long)]
+    serialise_keys: bool,
+    /// JSON lines of events ({"event_id", "subscription_id", "tenant_id", "resource_id",
+    /// "payload"}); standard input when absent or `-`.
+    file: Option<PathBuf>,
+}
+
+pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
+    let input: Box<dyn BufRead> = match &args.file {
+        Some(p) if p.as_os_str() != "-" => Box::new(BufReader::new(
+            std::fs::File::open(p)
+                .map_err(|e| BadInput(format!("cannot open {}: {e}", p.display())))?,
+        )),
+        _ => Box::new(BufReader::new(io::stdin().lock())),
+    };
+    let router = Router::new(args.partitions);
+    block_on(async move {
+        let mut client = args.db.admin(OpenMode::Create).await?;
+        let (mut total, mut dups, mut batch, mut first_line) = (0u64, 0usize, Vec::new(), 1u64);
+        for (i, line) in input.lines().enumerate() {
+            let no = i as u64 + 1;
+            let line = line.map_err(|e| BadInput(format!("line {no}: {e}")))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let event: Event = match serde_json::from_str(&line).map_err(|e| e.to_string()).and_then(|e: Event| e.validate().map(|()| e).map_err(|e| e.to_string())) {
+                Ok(e) => e,
+                Err(e) => {
+                    return Err(BadInput(format!(
+                        "line {no}: {e}; enqueued {total} events from lines before {first_line}, nothing from line {first_line} on"
+                    ))
+                    .into())
+                }
+            };
+            batch.push(event);
+            if batch.len() >= args.batch.max(1) {
+                let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys).await?;
+                (total, dups, first_line) = (total + n, dups + d, no + 1);
+            }
+        }
+        let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys).await?;
+        (total, dups) = (total + n, dups + d);
+        println!("enqueued {total} events ({dups} duplicates skipped)");
+        Ok(())
+    })?
+}
+
+/// Inserts and empties `batch`; returns (inserted, duplicates), naming each duplicate.
+async fn insert(
+    client: &mut AdminConn,
+    router: &Router,
+    batch: &mut Vec<Event>,
+    serialise_keys: bool,
+) -> anyhow::Result<(u64, usize)> {
+    if batch.is_empty() {
+        return Ok((0, 0));
+    }
+    let report = client.enqueue(router, batch, serialise_keys).await?;
+    report.duplicates.iter().for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
+    batch.clear();
+    Ok((report.inserted, report.duplicates.len()))
+}

@@ -1,0 +1,77 @@
+//! `keyorder lag`: per-partition depth, oldest wait, keys affected, head attempts; the
+//! heaviest keys. As a table, one JSON object, or Prometheus text.
+
+use clap::Args;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::OpenMode;
+
+use super::runtime::{block_on, Database};
+
+#[derive(Debug, Args)]
+pub struct LagArgs {
+    #[command(flatten)]
+    db: Database,
+    /// One JSON object.
+    #[arg(long, conflicts_with = "prom")]
+    json: bool,
+    /// Prometheus text exposition format.
+    #[arg(long)]
+    prom: bool,
+}
+
+pub fn lag(args: LagArgs) -> anyhow::Result<()> {
+    block_on(async {
+        let client = args.db.admin(OpenMode::Existing).await?;
+        let (lag, heavy) = (client.lag().await?, client.heaviest_keys(10).await?);
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"partitions": lag, "heaviest_keys": heavy})
+                )?
+            );
+        } else if args.prom {
+            for (name, help) in [
+                ("keyorder_partition_depth", "Rows queued in the partition."),
+                (
+                    "keyorder_partition_oldest_wait_seconds",
+                    "Age of the oldest queued row; alert on this.",
+                ),
+                ("keyorder_partition_keys", "Distinct keys queued in the partition."),
+                (
+                    "keyorder_partition_head_attempts",
+                    "Failed attempts recorded at the partition's head.",
+                ),
+            ] {
+                println!("# HELP {name} {help}\n# TYPE {name} gauge");
+                for l in &lag {
+                    let v = match name {
+                        "keyorder_partition_depth" => l.depth as f64,
+                        "keyorder_partition_oldest_wait_seconds" => l.oldest_wait_seconds,
+                        "keyorder_partition_keys" => l.keys_affected as f64,
+                        _ => f64::from(l.head_attempts),
+                    };
+                    println!("{name}{{partition=\"{}\"}} {v}", l.partition);
+                }
+            }
+        } else {
+            println!(
+                "{:>9} {:>9} {:>14} {:>9} {:>13}",
+                "partition", "depth", "oldest wait s", "keys", "head attempts"
+            );
+            for l in &lag {
+                println!(
+                    "{:>9} {:>9} {:>14.1} {:>9} {:>13}",
+                    l.partition, l.depth, l.oldest_wait_seconds, l.keys_affected, l.head_attempts
+                );
+            }
+            if lag.is_empty() {
+                println!("queue is empty");
+            }
+            for k in &heavy {
+                println!("heavy key {:?}: {} queued", k.key, k.depth);
+            }
+        }
+        Ok(())
+    })?
+}

@@ -1,0 +1,109 @@
+//! What the database commands share: the process runtime (one current-thread runtime with a
+//! `LocalSet`, as the worker loop requires), the shutdown signal, and the `--database`
+//! argument with the mapping of a store's refusal to open onto the command line's errors.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use keyorder::store::open::{AdminConn, Location, OpenError, OpenMode};
+use keyorder::PartitionCount;
+
+use super::bad_input::BadInput;
+
+/// Runs `fut` on a current-thread runtime inside a `LocalSet`.
+pub fn block_on<F: Future>(fut: F) -> anyhow::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let local = tokio::task::LocalSet::new();
+    Ok(local.block_on(&rt, fut))
+}
+
+/// The database to use.
+#[derive(Debug, Clone, Args)]
+pub struct Database {
+    /// Where the queue lives: sqlite:PATH (a file, created on first `enqueue`, `migrate` or
+    /// `work`) or a PostgreSQL URL, postgres://user@host/db. Default: sqlite:keyorder.db in the
+    /// working directory, unless DATABASE_URL is set.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE)]
+    pub database: String,
+}
+
+/// The database when neither --database nor DATABASE_URL says otherwise.
+pub const DEFAULT_DATABASE: &str = "sqlite:keyorder.db";
+
+/// A store's refusal to open, as the command line reports it: what the user can fix (the flag,
+/// the file) is bad input (exit 2), anything else a failure (exit 1).
+pub fn open_error(e: OpenError) -> anyhow::Error {
+    match e {
+        OpenError::NoPath => BadInput(format!("--database {e}")).into(),
+        OpenError::BadUrl(e) => BadInput(format!("bad --database URL: {e}")).into(),
+        OpenError::Connect(e) => {
+            anyhow::Error::new(e).context("cannot connect to the database (check --database)")
+        }
+        OpenError::Unusable { file, error } => {
+            let detail = match &error {
+                keyorder::store::StoreError::Refused { reason, .. } => reason.clone(),
+                other => {
+                    format!("cannot open {}: {}", file.display(), keyorder::worker::chain(other))
+                }
+            };
+            BadInput(format!("--database sqlite:{}: {detail}", file.display())).into()
+        }
+        OpenError::Options(e) => {
+            BadInput(format!("--lease-expiry-ms: {}", keyorder::worker::chain(&e))).into()
+        }
+        other => other.into(),
+    }
+}
+
+impl Database {
+    /// Where --database says the store is.
+    pub fn location(&self) -> anyhow::Result<Location> {
+        Location::parse(&self.database).map_err(open_error)
+    }
+
+    /// The store's admin connection, opened as `mode` says (checked, unless migrating, to be
+    /// at the current schema version).
+    pub async fn admin(&self, mode: OpenMode) -> anyhow::Result<AdminConn> {
+        self.location()?.open_admin(mode).await.map_err(open_error)
+    }
+}
+
+/// A partition count argument.
+pub(crate) fn parse_count(text: &str) -> Result<PartitionCount, String> {
+    text.parse::<PartitionCount>().map_err(|e| e.to_string())
+}
+
+/// Completes on SIGINT, SIGTERM, or after `after` seconds.
+pub(crate) async fn shutdown(after: Option<u64>) {
+    let timer = async {
+        match after {
+            Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
+            None => std::future::pending().await,
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return timer.await,
+        };
+        tokio::select! {
+            biased;
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+            _ = timer => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::select! {
+        biased;
+        _ = tokio::signal::ctrl_c() => {}
+        _ = timer => {}
+    }
+}

@@ -1,0 +1,195 @@
+//! `keyorder work`: lease partitions (a fair share), drain each one event at a time over
+//! HTTP, with `--threads` worker loops in one process; per-key endpoints re-read every
+//! [`ENDPOINT_RELOAD`].
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use keyorder::endpoints::EndpointRow;
+use keyorder::http::{EndpointDirectory, RoutedDeliverer};
+use keyorder::retry::RetryPolicy;
+use keyorder::store::admin::Admin;
+use keyorder::store::open::{OpenMode, StoreFactory, StoreOptions};
+use keyorder::worker::{self, WorkerConfig};
+use keyorder::PartitionCount;
+
+use super::bad_input::BadInput;
+use super::delivery::DeliveryArgs;
+use super::runtime::{block_on, open_error, parse_count, Database};
+
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    #[command(flatten)]
+    db: Database,
+    #[command(flatten)]
+    delivery: DeliveryArgs,
+    /// The partition count (must match the producers').
+    #[arg(long, value_parser = parse_count, default_value = "16")]
+    partitions: PartitionCount,
+    /// This worker's name.
+    #[arg(long, default_value = "worker")]
+    name: String,
+    /// Deliveries of one event before it is dead-lettered.
+    #[arg(long, default_value_t = 5)]
+    max_attempts: u32,
+    /// Backoff base, in ms (doubles per failure, full jitter).
+    #[arg(long, default_value_t = 200)]
+    backoff_base_ms: u64,
+    /// Backoff cap, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    backoff_cap_ms: u64,
+    /// How long one delivery may take, in ms (after a lost lease, the next holder waits this long
+    /// before its first read; after a clean hand-back it starts at once).
+    #[arg(long, default_value_t = 10_000)]
+    delivery_timeout_ms: u64,
+    /// How often an empty partition is polled, in ms.
+    #[arg(long, default_value_t = 200)]
+    idle_poll_ms: u64,
+    /// Stop after this many seconds (for tests and benchmarks); runs until a signal otherwise.
+    #[arg(long)]
+    stop_after: Option<u64>,
+    /// Worker loops in this process, each on its own thread and counted as its own member
+    /// (named NAME-0, NAME-1, ... when more than one). Default: the machine's cores.
+    #[arg(long, default_value_t = super::workers::default_threads())]
+    threads: usize,
+    /// SQLite only: how long a partition's lease lasts unrenewed, in ms (renewed every third of
+    /// it). Must exceed the delivery timeout; default three times it.
+    #[arg(long)]
+    lease_expiry_ms: Option<u64>,
+}
+
+pub fn work(args: WorkArgs) -> anyhow::Result<()> {
+    // Built once here so that a mistake is reported before anything starts; each worker
+    // thread builds its own from the same options.
+    args.delivery.deliverer()?;
+    let delivery = args.delivery.clone();
+    let retry = RetryPolicy::new(
+        args.max_attempts,
+        Duration::from_millis(args.backoff_base_ms),
+        Duration::from_millis(args.backoff_cap_ms),
+    )
+    .map_err(|e| BadInput(e.to_string()))?;
+    if args.threads == 0 {
+        return Err(BadInput("--threads must be at least 1".into()).into());
+    }
+    let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
+    let settings = LoopSettings {
+        name: args.name.clone(),
+        retry,
+        delivery_timeout,
+        idle_poll: Duration::from_millis(args.idle_poll_ms),
+        delivery,
+        takeover_delay: None,
+    };
+    let location = args.db.location()?;
+    let stores = location
+        .stores(
+            args.partitions,
+            StoreOptions {
+                delivery_timeout,
+                lease_expiry: args.lease_expiry_ms.map(Duration::from_millis),
+            },
+        )
+        .map_err(open_error)?;
+    // Creates a SQLite file (with its schema) on first use; checks the schema otherwise.
+    drop(block_on(location.open_admin(OpenMode::Create))?.map_err(open_error)?);
+    let settings = LoopSettings { takeover_delay: stores.takeover_delay(), ..settings };
+    let load = move || {
+        block_on(async {
+            let admin = location.open_admin(OpenMode::Existing).await.map_err(open_error)?;
+            anyhow::Ok(admin.endpoints().await?)
+        })?
+    };
+    run_threads(stores, load, settings, &args)
+}
+
+/// What every worker loop of `keyorder work` is configured from (all of it `Send`).
+struct LoopSettings {
+    name: String,
+    retry: RetryPolicy,
+    delivery_timeout: Duration,
+    idle_poll: Duration,
+    delivery: DeliveryArgs,
+    /// The wait of a lease taken after an unclean hand-back; `None`: the delivery timeout.
+    takeover_delay: Option<Duration>,
+}
+
+/// How often `keyorder work` re-reads the per-key endpoint table.
+const ENDPOINT_RELOAD: Duration = Duration::from_secs(10);
+
+/// Runs `--threads` worker loops, each on a store of its own from `stores`, until a signal (or
+/// --stop-after), with the banner and the summary.
+fn run_threads(
+    stores: StoreFactory,
+    load_endpoints: impl Fn() -> anyhow::Result<Vec<EndpointRow>> + Send + 'static,
+    settings: LoopSettings,
+    args: &WorkArgs,
+) -> anyhow::Result<()> {
+    // Per-key endpoints: read now, then every ENDPOINT_RELOAD; a failed reload keeps the table.
+    let directory = EndpointDirectory::default();
+    let rows = load_endpoints().context("reading the keyorder_endpoint table")?;
+    if !rows.is_empty() {
+        eprintln!("keyorder work: {} key(s) with endpoints of their own", rows.len());
+    }
+    directory.replace(settings.delivery.endpoint_table(&rows));
+    {
+        let (directory, delivery) = (directory.clone(), settings.delivery.clone());
+        std::thread::Builder::new()
+            .name("endpoints".into())
+            .spawn(move || loop {
+                std::thread::sleep(ENDPOINT_RELOAD);
+                match load_endpoints() {
+                    Ok(rows) => directory.replace(delivery.endpoint_table(&rows)),
+                    Err(e) => eprintln!("keyorder work: keeping the endpoint table: {e:#}"),
+                }
+            })
+            .context("starting the endpoint reloader")?;
+    }
+    eprintln!(
+        "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
+        args.name, args.partitions, args.delivery.deliver, args.threads
+    );
+    let report = super::workers::run(args.threads, args.stop_after, move |_| {
+        let mut config = WorkerConfig::new(settings.name.clone());
+        config.retry = settings.retry;
+        config.delivery_timeout = settings.delivery_timeout;
+        config.idle_poll = settings.idle_poll;
+        config.takeover_delay = settings.takeover_delay;
+        config.rng_seed = std::process::id().into();
+        config.observer = Some(observer());
+        let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
+        Ok((stores.make()?, deliverer, config))
+    })?;
+    eprintln!(
+        "keyorder work: stopped; leases taken {}, given back {}, lost {}",
+        report.acquired, report.released, report.lost
+    );
+    Ok(())
+}
+
+/// Prints lease changes and store failures on stderr, named by the worker loop.
+fn observer() -> worker::Observer {
+    worker::Observer(std::rc::Rc::new(move |e: &worker::WorkerEvent| {
+        use worker::WorkerEvent as E;
+        let name = std::thread::current().name().unwrap_or("worker").to_owned();
+        match e {
+            E::Acquired { partition, epoch } => {
+                eprintln!("{name}: leased partition {partition} (epoch {epoch})")
+            }
+            E::Released { partition } => eprintln!("{name}: gave back partition {partition}"),
+            E::Lost { partition, error } => {
+                eprintln!("{name}: LOST partition {partition}: {error}")
+            }
+            E::DrainRefused { partition, error } => {
+                eprintln!(
+                    "{name}: BUG: partition {partition} refused an input, gave it back: {error}"
+                )
+            }
+            E::StoreUnavailable { error } => {
+                eprintln!("{name}: store unavailable, reconnecting: {error}")
+            }
+            _ => {}
+        }
+    }))
+}

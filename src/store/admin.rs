@@ -1,0 +1,233 @@
+//! The admin boundary: what the command line does to a store besides working it (schema
+//! migration, batch enqueue, lag, dead letters, the online switch, the endpoint table, the
+//! bench's probes), as one trait every store implements, and what those operations report: the
+//! same types for every store.
+
+// The command line runs these on a current-thread runtime: no `Send` bound is needed.
+#![allow(async_fn_in_trait)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::clock::Clock;
+use crate::endpoints::EndpointRow;
+use crate::key::Event;
+use crate::routing::{PartitionCount, Router};
+use crate::store::StoreError;
+
+/// What opening a database may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the file if it does not exist and lay down the schema in a fresh file; an
+    /// existing keyorder database must be at the current schema version.
+    Create,
+    /// Upgrade (`keyorder migrate`): like `Create`, but an older keyorder schema is accepted,
+    /// and nothing is applied: the caller runs [`Admin::migrate`] and reports what it applied.
+    Migrate,
+    /// The database must exist and be at the current schema version (reading commands never
+    /// create files).
+    Existing,
+}
+
+/// Why a store could not be opened. Each variant says whose the fix is.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// `sqlite:` with nothing after it.
+    #[error("sqlite: needs a path, e.g. sqlite:keyorder.db")]
+    NoPath,
+    /// The URL does not parse (the user's to fix).
+    #[error("bad database URL: {0}")]
+    BadUrl(#[source] StoreError),
+    /// The server could not be reached or refused the connection.
+    #[error("cannot connect to the database")]
+    Connect(#[source] StoreError),
+    /// The database is reachable but its schema is not the one this keyorder needs.
+    #[error(transparent)]
+    Schema(StoreError),
+    /// The file cannot be used as it is (missing, not a database, read-only, another schema
+    /// version): the user's to fix, by naming another file or fixing this one.
+    #[error("{}: {error}", file.display())]
+    Unusable {
+        /// The file.
+        file: PathBuf,
+        /// What was wrong ([`StoreError::Refused`] or [`StoreError::CannotOpen`]).
+        #[source]
+        error: StoreError,
+    },
+    /// Opening the file failed otherwise (an I/O error, a busy database).
+    #[error("opening {}", file.display())]
+    Other {
+        /// The file.
+        file: PathBuf,
+        /// What failed.
+        #[source]
+        error: StoreError,
+    },
+    /// The store options are refused (they break the delivery rule).
+    #[error("store options refused")]
+    Options(#[source] StoreError),
+}
+
+/// The operations outside a lease, on one open connection to a store. A store's implementation
+/// may block (SQLite's do): these are one-shot commands with nothing else on their runtime.
+pub trait Admin {
+    /// The schema version this keyorder's store needs (what [`Admin::migrate`] brings it to).
+    fn schema_version(&self) -> i32;
+
+    /// Applies the migrations the database lacks, in order; returns the versions applied
+    /// (empty when the schema was current). Idempotent.
+    async fn migrate(&mut self) -> Result<Vec<i32>, StoreError>;
+
+    /// Inserts `events` routed by `router`, reporting duplicate event ids instead of failing.
+    /// With `serialise_keys` producers of one key commit in seq order even when several run at
+    /// once (a store with one writer at a time always does).
+    async fn enqueue(
+        &mut self,
+        router: &Router,
+        events: &[Event],
+        serialise_keys: bool,
+    ) -> Result<EnqueueReport, StoreError>;
+
+    /// Depth, oldest wait, keys and head attempts of every non-empty partition, by partition.
+    async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError>;
+
+    /// The `limit` keys with the most queued rows, heaviest first.
+    async fn heaviest_keys(&self, limit: i64) -> Result<Vec<KeyDepth>, StoreError>;
+
+    /// Up to `limit` keys queued on more than one partition (a split: a violation).
+    async fn split_keys(&self, limit: i64) -> Result<Vec<SplitKey>, StoreError>;
+
+    /// Every queued key with its queued rows, in key order.
+    async fn queued_keys(&self) -> Result<Vec<(String, f64)>, StoreError>;
+
+    /// Dead letters, newest first: the one with `id`, or up to `limit` of them.
+    async fn dead_letters(&self, id: Option<i64>, limit: i64) -> Result<Vec<DeadRow>, StoreError>;
+
+    /// Re-enqueues dead letter `id` at the tail, routed by `router`, and removes it from the
+    /// dead letters in the same transaction: its new seq, or `None` when there is no such id.
+    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError>;
+
+    /// Starts an online change of count from `from` to `to` (see [`crate::repartition`]);
+    /// refused with [`StoreError::Refused`] when `from` is not the count in force.
+    async fn switch_online(
+        &mut self,
+        from: PartitionCount,
+        to: PartitionCount,
+    ) -> Result<Layout, StoreError>;
+
+    /// Every per-key delivery target (`keyorder_endpoint`), in key order.
+    async fn endpoints(&self) -> Result<Vec<EndpointRow>, StoreError>;
+
+    /// Rows in the queue.
+    async fn depth(&self) -> Result<i64, StoreError>;
+
+    /// Empties the queue (for the bench, on a throwaway database), with the dead letters too
+    /// when `dead_letters`; a store with lease rows empties those as well.
+    async fn empty_queue(&mut self, dead_letters: bool) -> Result<(), StoreError>;
+
+    /// Whether deleted rows leave dead space that slows later drains until vacuumed
+    /// (PostgreSQL's MVCC), which the bench's churn measurement shows; `false` for a store that
+    /// reuses deleted pages at once.
+    fn deletes_leave_bloat(&self) -> bool;
+}
+
+/// Waits until the queue is empty (the drain step of drain-and-switch), polling every `poll`
+/// and reporting the depth to `progress`; `false` when `timeout` passed first (do NOT switch
+/// then). Time is the caller's clock.
+pub async fn wait_until_drained(
+    admin: &impl Admin,
+    clock: &impl Clock,
+    timeout: Duration,
+    poll: Duration,
+    mut progress: impl FnMut(i64),
+) -> Result<bool, StoreError> {
+    let deadline = clock.now().saturating_add(timeout);
+    loop {
+        let d = admin.depth().await?;
+        if d == 0 {
+            return Ok(true);
+        }
+        progress(d);
+        if clock.now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// What a batch enqueue did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EnqueueReport {
+    /// Rows inserted.
+    pub inserted: u64,
+    /// Event ids already in the queue (the batch went on without them).
+    pub duplicates: Vec<String>,
+}
+
+/// A layout: a partition count in force from an epoch on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Layout {
+    /// The epoch rows routed under it carry.
+    pub epoch: i32,
+    /// Its partition count.
+    pub partitions: u16,
+}
+
+/// One partition's lag.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PartitionLag {
+    /// The partition.
+    pub partition: i16,
+    /// Rows queued.
+    pub depth: i64,
+    /// Age of the oldest queued row, in seconds.
+    pub oldest_wait_seconds: f64,
+    /// Distinct keys queued.
+    pub keys_affected: i64,
+    /// Failed attempts recorded at the head.
+    pub head_attempts: i32,
+}
+
+/// A key's queued rows, for skew reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KeyDepth {
+    /// The key.
+    pub key: String,
+    /// Its queued rows.
+    pub depth: i64,
+}
+
+/// A key queued on more than one partition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SplitKey {
+    /// The key.
+    pub key: String,
+    /// The partitions it is queued on.
+    pub partitions: Vec<i16>,
+}
+
+/// A dead-lettered row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeadRow {
+    /// The dead-letter id.
+    pub id: i64,
+    /// Its queue seq, if it came from keyorder.
+    pub seq: Option<i64>,
+    /// Its partition.
+    pub partition: i16,
+    /// Its key.
+    pub key: String,
+    /// Its event id.
+    pub event_id: String,
+    /// Attempts made.
+    pub attempts: i16,
+    /// Why.
+    pub reason: String,
+    /// When, as text.
+    pub dead_lettered_at: String,
+    /// The payload, as JSON text.
+    pub payload: String,
+}

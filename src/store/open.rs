@@ -1,0 +1,223 @@
+//! Opening a store from a location (the `--database` text): `sqlite:PATH` for a SQLite file,
+//! anything else a PostgreSQL URL. The one place that knows which backends exist; callers get
+//! values they use through the [`Admin`] and [`Store`](crate::store::Store) traits.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::clock::TokioClock;
+use crate::endpoints::EndpointRow;
+use crate::key::Event;
+use crate::routing::{PartitionCount, Router};
+pub use crate::store::admin::{OpenError, OpenMode};
+
+use crate::store::admin::{
+    Admin, DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey,
+};
+use crate::store::any::AnyStore;
+use crate::store::postgres::admin::PgAdmin;
+use crate::store::postgres::{self, PgOptions, PgStore};
+use crate::store::sqlite::admin::SqliteAdmin;
+use crate::store::sqlite::{SqliteOptions, SqliteStore};
+use crate::store::StoreError;
+
+/// Where a store lives, parsed from its location text. Says nothing about whether it exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location(Backend);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Backend {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Location {
+    /// `sqlite:PATH` (or `sqlite://PATH`) names a SQLite file; anything else is taken for a
+    /// PostgreSQL URL or key=value string (checked when opened).
+    pub fn parse(text: &str) -> Result<Self, OpenError> {
+        let text = text.trim();
+        if let Some(rest) = text.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(OpenError::NoPath);
+            }
+            return Ok(Self(Backend::Sqlite(PathBuf::from(path))));
+        }
+        Ok(Self(Backend::Postgres(text.to_owned())))
+    }
+
+    /// The file, for a store that lives in one (SQLite); `None` for a server.
+    pub fn file(&self) -> Option<&Path> {
+        match &self.0 {
+            Backend::Sqlite(path) => Some(path),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// Opens one connection for the admin operations, as `mode` allows.
+    pub async fn open_admin(&self, mode: OpenMode) -> Result<AdminConn, OpenError> {
+        Ok(AdminConn(match &self.0 {
+            Backend::Sqlite(path) => AdminBackend::Sqlite(SqliteAdmin::open(path, mode)?),
+            Backend::Postgres(url) => AdminBackend::Postgres(PgAdmin::open(url, mode).await?),
+        }))
+    }
+
+    /// A factory of worker stores leasing under `count` partitions: checks the URL and the
+    /// options now (nothing is connected yet).
+    pub fn stores(
+        &self,
+        count: PartitionCount,
+        options: StoreOptions,
+    ) -> Result<StoreFactory, OpenError> {
+        Ok(StoreFactory(match &self.0 {
+            Backend::Sqlite(path) => {
+                let mut sqlite = SqliteOptions::for_delivery_timeout(options.delivery_timeout);
+                if let Some(expiry) = options.lease_expiry {
+                    sqlite.lease_expiry = expiry;
+                }
+                sqlite.validate().map_err(OpenError::Options)?;
+                Factory::Sqlite { path: path.clone(), count, options: sqlite }
+            }
+            Backend::Postgres(url) => Factory::Postgres {
+                store: Box::new(
+                    PgStore::new(url, count, PgOptions::default()).map_err(OpenError::BadUrl)?,
+                ),
+                delivery_timeout: options.delivery_timeout,
+            },
+        }))
+    }
+}
+
+/// What a worker store is configured with, for every backend.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreOptions {
+    /// How long one delivery may take.
+    pub delivery_timeout: Duration,
+    /// How long a lease lasts unrenewed, for a store whose leases expire (SQLite); `None`: the
+    /// store's default for `delivery_timeout`. Ignored by a store whose leases live as long
+    /// as their session (PostgreSQL).
+    pub lease_expiry: Option<Duration>,
+}
+
+/// Makes worker stores, one per worker loop (each on its own thread), for one location.
+/// `Send` and `Sync`, so that every worker thread can make its own.
+#[derive(Clone, Debug)]
+pub struct StoreFactory(Factory);
+
+#[derive(Clone, Debug)]
+enum Factory {
+    Sqlite { path: PathBuf, count: PartitionCount, options: SqliteOptions },
+    Postgres { store: Box<PgStore>, delivery_timeout: Duration },
+}
+
+impl StoreFactory {
+    /// A store for one worker loop (a SQLite store gets its own connection thread).
+    pub fn make(&self) -> Result<AnyStore, StoreError> {
+        Ok(match &self.0 {
+            Factory::Sqlite { path, count, options } => AnyStore::from(SqliteStore::new(
+                path.clone(),
+                *count,
+                *options,
+                TokioClock::start(),
+            )?),
+            Factory::Postgres { store, .. } => AnyStore::from(PgStore::clone(store)),
+        })
+    }
+
+    /// The wait of a lease taken after an unclean hand-back, when it must be longer than the
+    /// delivery timeout (a store that serves rows read ahead after losing its session);
+    /// `None`: the delivery timeout.
+    pub fn takeover_delay(&self) -> Option<Duration> {
+        match &self.0 {
+            Factory::Sqlite { .. } => None,
+            Factory::Postgres { delivery_timeout, .. } => {
+                Some(postgres::admin::takeover_delay(*delivery_timeout))
+            }
+        }
+    }
+}
+
+/// One admin connection to whichever store the location named; use it through [`Admin`].
+pub struct AdminConn(AdminBackend);
+
+enum AdminBackend {
+    Sqlite(SqliteAdmin),
+    Postgres(PgAdmin),
+}
+
+/// Calls `$method` on whichever admin connection this is.
+macro_rules! delegate {
+    ($self:expr, $a:ident => $call:expr) => {
+        match $self {
+            AdminBackend::Sqlite($a) => $call,
+            AdminBackend::Postgres($a) => $call,
+        }
+    };
+}
+
+impl Admin for AdminConn {
+    fn schema_version(&self) -> i32 {
+        delegate!(&self.0, a => a.schema_version())
+    }
+
+    async fn migrate(&mut self) -> Result<Vec<i32>, StoreError> {
+        delegate!(&mut self.0, a => a.migrate().await)
+    }
+
+    async fn enqueue(
+        &mut self,
+        router: &Router,
+        events: &[Event],
+        serialise_keys: bool,
+    ) -> Result<EnqueueReport, StoreError> {
+        delegate!(&mut self.0, a => a.enqueue(router, events, serialise_keys).await)
+    }
+
+    async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError> {
+        delegate!(&self.0, a => a.lag().await)
+    }
+
+    async fn heaviest_keys(&self, limit: i64) -> Result<Vec<KeyDepth>, StoreError> {
+        delegate!(&self.0, a => a.heaviest_keys(limit).await)
+    }
+
+    async fn split_keys(&self, limit: i64) -> Result<Vec<SplitKey>, StoreError> {
+        delegate!(&self.0, a => a.split_keys(limit).await)
+    }
+
+    async fn queued_keys(&self) -> Result<Vec<(String, f64)>, StoreError> {
+        delegate!(&self.0, a => a.queued_keys().await)
+    }
+
+    async fn dead_letters(&self, id: Option<i64>, limit: i64) -> Result<Vec<DeadRow>, StoreError> {
+        delegate!(&self.0, a => a.dead_letters(id, limit).await)
+    }
+
+    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
+        delegate!(&mut self.0, a => a.redrive(router, id).await)
+    }
+
+    async fn switch_online(
+        &mut self,
+        from: PartitionCount,
+        to: PartitionCount,
+    ) -> Result<Layout, StoreError> {
+        delegate!(&mut self.0, a => a.switch_online(from, to).await)
+    }
+
+    async fn endpoints(&self) -> Result<Vec<EndpointRow>, StoreError> {
+        delegate!(&self.0, a => a.endpoints().await)
+    }
+
+    async fn depth(&self) -> Result<i64, StoreError> {
+        delegate!(&self.0, a => a.depth().await)
+    }
+
+    async fn empty_queue(&mut self, dead_letters: bool) -> Result<(), StoreError> {
+        delegate!(&mut self.0, a => a.empty_queue(dead_letters).await)
+    }
+
+    fn deletes_leave_bloat(&self) -> bool {
+        delegate!(&self.0, a => a.deletes_leave_bloat())
+    }
+}

@@ -1,0 +1,120 @@
+//! [`Admin`] on PostgreSQL: one connection, opened from a URL and checked to be at the schema
+//! version unless migrating.
+
+use tokio_postgres::Client;
+
+use crate::endpoints::EndpointRow;
+use crate::key::Event;
+use crate::routing::{PartitionCount, Router};
+use crate::store::admin::{
+    Admin, DeadRow, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag, SplitKey,
+};
+use crate::store::StoreError;
+
+use super::{queue, schema, PgOptions, PgStore};
+
+/// One PostgreSQL connection for the admin operations.
+pub struct PgAdmin {
+    client: Client,
+}
+
+impl PgAdmin {
+    /// Connects to the database at `url` (a `postgres://` URL or key=value string); unless
+    /// `mode` is [`OpenMode::Migrate`], the schema must be current. PostgreSQL creates nothing
+    /// on open: [`OpenMode::Create`] is [`OpenMode::Existing`] here.
+    pub async fn open(url: &str, mode: OpenMode) -> Result<Self, OpenError> {
+        let config = PgStore::config_of(url).map_err(OpenError::BadUrl)?;
+        let client = super::connect(&config).await.map_err(OpenError::Connect)?;
+        if mode != OpenMode::Migrate {
+            schema::require_current(&client).await.map_err(OpenError::Schema)?;
+        }
+        Ok(Self { client })
+    }
+}
+
+impl Admin for PgAdmin {
+    fn schema_version(&self) -> i32 {
+        schema::SCHEMA_VERSION
+    }
+
+    async fn migrate(&mut self) -> Result<Vec<i32>, StoreError> {
+        schema::migrate(&mut self.client).await
+    }
+
+    async fn enqueue(
+        &mut self,
+        router: &Router,
+        events: &[Event],
+        serialise_keys: bool,
+    ) -> Result<EnqueueReport, StoreError> {
+        queue::enqueue(&mut self.client, router, events, serialise_keys).await
+    }
+
+    async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError> {
+        queue::lag(&self.client).await
+    }
+
+    async fn heaviest_keys(&self, limit: i64) -> Result<Vec<KeyDepth>, StoreError> {
+        queue::heaviest_keys(&self.client, limit).await
+    }
+
+    async fn split_keys(&self, limit: i64) -> Result<Vec<SplitKey>, StoreError> {
+        queue::split_keys(&self.client, limit).await
+    }
+
+    async fn queued_keys(&self) -> Result<Vec<(String, f64)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT partition_key, count(*)::float8 FROM delivery_queue GROUP BY 1 ORDER BY 1",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn dead_letters(&self, id: Option<i64>, limit: i64) -> Result<Vec<DeadRow>, StoreError> {
+        queue::dead_letters(&self.client, id, limit).await
+    }
+
+    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
+        queue::redrive(&mut self.client, router, id).await
+    }
+
+    async fn switch_online(
+        &mut self,
+        from: PartitionCount,
+        to: PartitionCount,
+    ) -> Result<Layout, StoreError> {
+        queue::switch_online(&mut self.client, from, to).await
+    }
+
+    async fn endpoints(&self) -> Result<Vec<EndpointRow>, StoreError> {
+        queue::endpoints(&self.client).await
+    }
+
+    async fn depth(&self) -> Result<i64, StoreError> {
+        queue::depth(&self.client).await
+    }
+
+    async fn empty_queue(&mut self, dead_letters: bool) -> Result<(), StoreError> {
+        let sql = if dead_letters {
+            "TRUNCATE delivery_queue, delivery_dlq"
+        } else {
+            "TRUNCATE delivery_queue"
+        };
+        Ok(self.client.batch_execute(sql).await?)
+    }
+
+    fn deletes_leave_bloat(&self) -> bool {
+        true
+    }
+}
+
+/// The wait of a lease taken after an unclean hand-back, for a delivery timeout of
+/// `delivery_timeout`: a holder serves rows it read ahead for up to `ack_delay` after the
+/// server last answered, so after a lost session the next holder waits that much longer than
+/// a delivery can take.
+pub fn takeover_delay(delivery_timeout: std::time::Duration) -> std::time::Duration {
+    delivery_timeout + PgOptions::default().ack_delay
+}

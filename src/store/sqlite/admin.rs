@@ -1,0 +1,115 @@
+//! [`Admin`] on SQLite: one connection to the file, opened as [`schema::open`] allows. The
+//! calls block: they run on the command line's runtime with nothing else on it.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use crate::endpoints::EndpointRow;
+use crate::key::Event;
+use crate::routing::{PartitionCount, Router};
+use crate::store::admin::{
+    Admin, DeadRow, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag, SplitKey,
+};
+use crate::store::StoreError;
+
+use super::{queue, schema};
+
+/// One SQLite connection for the admin operations.
+pub struct SqliteAdmin {
+    conn: Connection,
+}
+
+impl SqliteAdmin {
+    /// Opens the file at `path` as `mode` allows (see [`schema::open`]); a refusal the user can
+    /// fix (no such file, not a database, read-only, another schema version) is
+    /// [`OpenError::Unusable`].
+    pub fn open(path: &Path, mode: OpenMode) -> Result<Self, OpenError> {
+        match schema::open(path, mode) {
+            Ok(conn) => Ok(Self { conn }),
+            Err(error @ (StoreError::Refused { .. } | StoreError::CannotOpen { .. })) => {
+                Err(OpenError::Unusable { file: path.to_owned(), error })
+            }
+            Err(error) => Err(OpenError::Other { file: path.to_owned(), error }),
+        }
+    }
+}
+
+impl Admin for SqliteAdmin {
+    fn schema_version(&self) -> i32 {
+        schema::SCHEMA_VERSION
+    }
+
+    async fn migrate(&mut self) -> Result<Vec<i32>, StoreError> {
+        // Opening for migration applied nothing; this applies what was missing and reports it.
+        schema::migrate(&mut self.conn)
+    }
+
+    async fn enqueue(
+        &mut self,
+        router: &Router,
+        events: &[Event],
+        _serialise_keys: bool,
+    ) -> Result<EnqueueReport, StoreError> {
+        // One writer at a time: rows of one key always commit in seq order.
+        queue::enqueue(&mut self.conn, router, events)
+    }
+
+    async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError> {
+        queue::lag(&self.conn)
+    }
+
+    async fn heaviest_keys(&self, limit: i64) -> Result<Vec<KeyDepth>, StoreError> {
+        queue::heaviest_keys(&self.conn, limit)
+    }
+
+    async fn split_keys(&self, limit: i64) -> Result<Vec<SplitKey>, StoreError> {
+        queue::split_keys(&self.conn, limit)
+    }
+
+    async fn queued_keys(&self) -> Result<Vec<(String, f64)>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT partition_key, CAST(count(*) AS REAL) FROM delivery_queue GROUP BY 1 ORDER BY 1",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    async fn dead_letters(&self, id: Option<i64>, limit: i64) -> Result<Vec<DeadRow>, StoreError> {
+        queue::dead_letters(&self.conn, id, limit)
+    }
+
+    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
+        queue::redrive(&mut self.conn, router, id)
+    }
+
+    async fn switch_online(
+        &mut self,
+        from: PartitionCount,
+        to: PartitionCount,
+    ) -> Result<Layout, StoreError> {
+        queue::switch_online(&mut self.conn, from, to)
+    }
+
+    async fn endpoints(&self) -> Result<Vec<EndpointRow>, StoreError> {
+        queue::endpoints(&self.conn)
+    }
+
+    async fn depth(&self) -> Result<i64, StoreError> {
+        // A count on an indexed table: short enough to run on the caller's runtime.
+        queue::depth(&self.conn)
+    }
+
+    async fn empty_queue(&mut self, dead_letters: bool) -> Result<(), StoreError> {
+        let sql = if dead_letters {
+            "DELETE FROM delivery_queue; DELETE FROM delivery_dlq; DELETE FROM keyorder_lease;"
+        } else {
+            "DELETE FROM delivery_queue; DELETE FROM keyorder_lease;"
+        };
+        Ok(self.conn.execute_batch(sql)?)
+    }
+
+    fn deletes_leave_bloat(&self) -> bool {
+        false
+    }
+}
