@@ -8,6 +8,7 @@ mod bench_http;
 mod chunks;
 pub(crate) mod db;
 mod delivery;
+mod endpoints;
 mod plan;
 mod receiver;
 mod route;
@@ -43,6 +44,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Change the partition count online (no write pause): a new layout with a per-key barrier.
     Switch(db::SwitchArgs),
+    /// Set, list and remove per-key endpoints (the keyorder_endpoint table), each row checked
+    /// before it is written.
+    Endpoints(endpoints::EndpointsArgs),
 }
 
 /// Input the user can fix: reported with exit code 2, like a usage error.
@@ -62,6 +66,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dlq(args) => db::dlq(args),
         Command::Bench(args) => bench::run(args),
         Command::Switch(args) => db::switch(args),
+        Command::Endpoints(args) => endpoints::run(args),
     }
 }
 

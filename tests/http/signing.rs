@@ -35,7 +35,8 @@ fn fixed_time() -> u64 {
 #[tokio::test]
 async fn signed_requests_verify_independently_and_tampering_is_caught() {
     let (addr, _, seen) = hyper_server(|_| (204, vec![])).await;
-    let signing = Signing { key: SigningKey::from_secret(SECRET).unwrap(), unix_time: fixed_time };
+    let signing =
+        Signing { keys: SigningKey::from_secret(SECRET).unwrap().into(), unix_time: fixed_time };
     let options = HttpOptions { signing: Some(signing), ..HttpOptions::default() };
     let mut d = deliverer(&format!("http://{addr}/"), options);
     deliver(&mut d, 42).await.expect("2xx");

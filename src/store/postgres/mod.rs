@@ -27,6 +27,7 @@ use crate::migrate::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
 use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, StoredHead};
 
+pub mod endpoints;
 pub mod queue;
 pub mod schema;
 

@@ -61,6 +61,7 @@ use crate::store::{ControlSession, Handover, LeaseSession, Store, StoreError, St
 
 mod acks;
 mod conn;
+pub mod endpoints;
 pub mod queue;
 pub mod schema;
 
