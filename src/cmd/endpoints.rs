@@ -46,8 +46,6 @@ impl PolicyArgs {
 /// `keyorder endpoints`.
 #[derive(Debug, Args)]
 pub struct EndpointsArgs {
-    #[command(flatten)]
-    db: Database,
     #[command(subcommand)]
     action: Action,
 }
@@ -59,6 +57,8 @@ enum Action {
     /// address policy refuses, a secret reference other than env:NAME or file:/ABSOLUTE/PATH.
     /// A host name is resolved and checked at every connection, not here.
     Set {
+        #[command(flatten)]
+        db: Database,
         /// The partition key (e.g. the subscription id).
         key: String,
         /// http://host[:port]/path or https://...
@@ -73,12 +73,16 @@ enum Action {
     },
     /// Print every row: key, URL, secret reference (never a secret), in key order.
     List {
+        #[command(flatten)]
+        db: Database,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
     },
     /// Remove KEY's row: its events go to --deliver again (within a worker's reload, 10 s).
     Rm {
+        #[command(flatten)]
+        db: Database,
         /// The partition key.
         key: String,
     },
@@ -86,12 +90,15 @@ enum Action {
 
 /// Runs `keyorder endpoints`.
 pub fn run(args: EndpointsArgs) -> anyhow::Result<()> {
-    if let Action::Set { key, url, secret_ref, policy } = &args.action {
+    let db = match &args.action {
+        Action::Set { db, .. } | Action::List { db, .. } | Action::Rm { db, .. } => db.clone(),
+    };
+    if let Action::Set { key, url, secret_ref, policy, .. } = &args.action {
         let row = EndpointRow { key: key.clone(), url: url.clone(), secret_ref: secret_ref.clone() };
         validate(&row, &policy.policy())?;
     }
     block_on(async move {
-        let queue = args.db.queue(OpenMode::Existing).await?;
+        let queue = db.queue(OpenMode::Existing).await?;
         match args.action {
             Action::Set { key, url, secret_ref, .. } => {
                 let row = EndpointRow { key, url, secret_ref };
@@ -102,7 +109,7 @@ pub fn run(args: EndpointsArgs) -> anyhow::Result<()> {
                 let what = if replaced { "replaced" } else { "added" };
                 println!("{what}: key {:?} delivers to {}", row.key, row.url);
             }
-            Action::List { json } => {
+            Action::List { json, .. } => {
                 let rows = match &queue {
                     Queue::Pg(c) => queue::endpoints(c).await?,
                     Queue::Sqlite(c) => sqlite::queue::endpoints(c)?,
@@ -115,7 +122,7 @@ pub fn run(args: EndpointsArgs) -> anyhow::Result<()> {
                     }
                 }
             }
-            Action::Rm { key } => {
+            Action::Rm { key, .. } => {
                 let removed = match &queue {
                     Queue::Pg(c) => pg_endpoints::remove(c, &key).await?,
                     Queue::Sqlite(c) => sqlite::endpoints::remove(c, &key)?,
