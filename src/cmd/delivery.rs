@@ -193,7 +193,10 @@ mod tests {
         assert!(secret(None, None).unwrap().is_none());
         std::fs::write(&file, "\n").unwrap();
         let empty = secret(Some(&file), None).unwrap_err().0;
-        assert!(empty.contains("--signing-secret-file") && empty.contains("no signing secret"), "{empty}");
+        assert!(
+            empty.contains("--signing-secret-file") && empty.contains("no signing secret"),
+            "{empty}"
+        );
         std::fs::write(&file, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\nold\n").unwrap();
         let both = secret(Some(&file), None).unwrap().unwrap();
         assert_eq!(both.len(), 2, "one secret a line");

@@ -94,7 +94,8 @@ pub fn run(args: EndpointsArgs) -> anyhow::Result<()> {
         Action::Set { db, .. } | Action::List { db, .. } | Action::Rm { db, .. } => db.clone(),
     };
     if let Action::Set { key, url, secret_ref, policy, .. } = &args.action {
-        let row = EndpointRow { key: key.clone(), url: url.clone(), secret_ref: secret_ref.clone() };
+        let row =
+            EndpointRow { key: key.clone(), url: url.clone(), secret_ref: secret_ref.clone() };
         validate(&row, &policy.policy())?;
     }
     block_on(async move {
@@ -118,7 +119,12 @@ pub fn run(args: EndpointsArgs) -> anyhow::Result<()> {
                     if json {
                         println!("{}", serde_json::to_string(&r)?);
                     } else {
-                        println!("{}\t{}\t{}", r.key, r.url, r.secret_ref.as_deref().unwrap_or("-"));
+                        println!(
+                            "{}\t{}\t{}",
+                            r.key,
+                            r.url,
+                            r.secret_ref.as_deref().unwrap_or("-")
+                        );
                     }
                 }
             }

@@ -104,9 +104,7 @@ impl Cidr {
     /// Whether `ip` is inside this network (an IPv4 network never contains an IPv6 address).
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                in_v4(u32::from(ip), u32::from(net), self.prefix)
-            }
+            (IpAddr::V4(net), IpAddr::V4(ip)) => in_v4(u32::from(ip), u32::from(net), self.prefix),
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
                 in_v6(u128::from(ip), u128::from(net), self.prefix)
             }
@@ -334,7 +332,12 @@ const V6_RULES: &[V6Rule] = &[
     r6(v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0]), 32, "documentation", "2001:db8::/32"),
     ok6(v6([0x2002, 0, 0, 0, 0, 0, 0, 0]), 16),
     r6(v6([0x3fff, 0, 0, 0, 0, 0, 0, 0]), 20, "documentation", "3fff::/20"),
-    r6(v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254]), 128, "cloud metadata service (AWS)", "fd00:ec2::254/128"),
+    r6(
+        v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254]),
+        128,
+        "cloud metadata service (AWS)",
+        "fd00:ec2::254/128",
+    ),
     r6(v6([0xfc00, 0, 0, 0, 0, 0, 0, 0]), 7, "unique local (private network)", "fc00::/7"),
     r6(v6([0xfe80, 0, 0, 0, 0, 0, 0, 0]), 10, "link-local", "fe80::/10"),
     r6(v6([0xfec0, 0, 0, 0, 0, 0, 0, 0]), 10, "site-local (deprecated)", "fec0::/10"),
@@ -434,11 +437,31 @@ mod tests {
             assert_eq!(rule(ip), Some(range), "{ip}");
         }
         for ip in [
-            "1.1.1.1", "8.8.8.8", "9.255.255.255", "11.0.0.0", "100.63.255.255", "100.128.0.0",
-            "126.255.255.255", "128.0.0.0", "169.253.255.255", "169.255.0.0", "172.15.255.255",
-            "172.32.0.0", "192.0.1.0", "192.0.3.0", "192.167.255.255", "192.169.0.0",
-            "198.17.255.255", "198.20.0.0", "198.51.99.255", "203.0.112.255", "223.255.255.255",
-            "168.63.129.17", "192.31.196.1", "192.52.193.1", "192.175.48.1",
+            "1.1.1.1",
+            "8.8.8.8",
+            "9.255.255.255",
+            "11.0.0.0",
+            "100.63.255.255",
+            "100.128.0.0",
+            "126.255.255.255",
+            "128.0.0.0",
+            "169.253.255.255",
+            "169.255.0.0",
+            "172.15.255.255",
+            "172.32.0.0",
+            "192.0.1.0",
+            "192.0.3.0",
+            "192.167.255.255",
+            "192.169.0.0",
+            "198.17.255.255",
+            "198.20.0.0",
+            "198.51.99.255",
+            "203.0.112.255",
+            "223.255.255.255",
+            "168.63.129.17",
+            "192.31.196.1",
+            "192.52.193.1",
+            "192.175.48.1",
         ] {
             assert_eq!(rule(ip), None, "{ip} is globally reachable");
         }
@@ -474,9 +497,18 @@ mod tests {
             assert_eq!(rule(ip), Some(range), "{ip}");
         }
         for ip in [
-            "2606:4700:4700::1111", "2a00:1450::1", "2001:200::1", "2001:1::1", "2001:3::1",
-            "2001:4:112::1", "2001:20::1", "2001:db7:ffff::1", "2001:db9::1", "3ffe::1",
-            "2620:4f:8000::1", "3fff:1000::1",
+            "2606:4700:4700::1111",
+            "2a00:1450::1",
+            "2001:200::1",
+            "2001:1::1",
+            "2001:3::1",
+            "2001:4:112::1",
+            "2001:20::1",
+            "2001:db7:ffff::1",
+            "2001:db9::1",
+            "3ffe::1",
+            "2620:4f:8000::1",
+            "3fff:1000::1",
         ] {
             assert_eq!(rule(ip), None, "{ip} is globally reachable");
         }
@@ -505,7 +537,8 @@ mod tests {
         let shown = refused_by(&p, "::ffff:127.0.0.1").unwrap().to_string();
         assert_eq!(shown, "loopback (127.0.0.0/8) inside an IPv4-mapped ::ffff:0:0/96 address");
         // The same forms of a global address connect to that address, and are allowed.
-        for ip in ["::ffff:8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1", "2001:0:808:808::f7f7:f7f7"]
+        for ip in
+            ["::ffff:8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1", "2001:0:808:808::f7f7:f7f7"]
         {
             assert_eq!(rule(ip), None, "{ip}");
         }

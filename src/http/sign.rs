@@ -192,9 +192,15 @@ mod tests {
         assert_eq!(single.sign("id", 7, b"x"), one(old), "one secret: one signature, no space");
         assert!(matches!(SigningKeys::from_lines(" \n\n"), Err(SecretError::NoSecret)));
         let bad = SigningKeys::from_lines("a\nwhsec_!!\n").unwrap_err();
-        assert_eq!(bad.to_string(), "line 2: the signing secret starts with whsec_ but the rest is not valid base64");
+        assert_eq!(
+            bad.to_string(),
+            "line 2: the signing secret starts with whsec_ but the rest is not valid base64"
+        );
         let many = "s\n".repeat(MAX_SECRETS + 1);
-        assert!(matches!(SigningKeys::from_lines(&many), Err(SecretError::TooMany { count: 9, .. })));
+        assert!(matches!(
+            SigningKeys::from_lines(&many),
+            Err(SecretError::TooMany { count: 9, .. })
+        ));
         assert!(SigningKeys::from_lines(&"s\n".repeat(MAX_SECRETS)).is_ok());
     }
 }

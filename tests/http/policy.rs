@@ -51,7 +51,8 @@ async fn allowed_addresses_connect_once_and_reuse_the_connection() {
     assert_eq!(counts.connections(), 1, "three deliveries on one kept-alive connection");
     let host = seen.lock().unwrap()[0].headers["host"].to_str().unwrap().to_owned();
     assert_eq!(host, format!("localhost:{port}"), "the Host header keeps the name");
-    let mut open = deliverer(&format!("http://[::ffff:127.0.0.1]:{port}/"), with(AddressPolicy::allow_all()));
+    let mut open =
+        deliverer(&format!("http://[::ffff:127.0.0.1]:{port}/"), with(AddressPolicy::allow_all()));
     deliver(&mut open, 4).await.expect("2xx: everything allowed");
     let mut trusted = deliverer(&format!("http://2130706433:{port}/"), HttpOptions::default());
     deliver(&mut trusted, 5).await.expect("2xx: no policy, as --deliver");

@@ -60,7 +60,11 @@ fn rows_at_private_addresses_are_refused_unless_allowed() {
         }
         work(&url, &l, &[]);
         let dead = c.query("SELECT partition_key, attempts, reason FROM delivery_dlq", &[]);
-        dead.await.unwrap().iter().map(|r| (r.get(0), i64::from(r.get::<_, i16>(1)), r.get(2))).collect()
+        dead.await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), i64::from(r.get::<_, i16>(1)), r.get(2)))
+            .collect()
     });
     policy_case::check_refused(&l, &rows, dead);
 
@@ -91,10 +95,21 @@ fn endpoints_set_list_rm_validate_each_row() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
     }
-    assert!(ok(&with(&["endpoints", "set", "k", "https://h.example/a", "--secret-ref", "file:/etc/s"]), "").contains("added"));
+    assert!(ok(
+        &with(&["endpoints", "set", "k", "https://h.example/a", "--secret-ref", "file:/etc/s"]),
+        ""
+    )
+    .contains("added"));
     assert!(ok(&with(&["endpoints", "set", "k", "https://h.example/b"]), "").contains("replaced"));
-    assert!(ok(&with(&["endpoints", "set", "l", "http://127.0.0.1:8/", "--allow-private-endpoints"]), "").contains("added"));
-    assert_eq!(ok(&with(&["endpoints", "list"]), ""), "k\thttps://h.example/b\t-\nl\thttp://127.0.0.1:8/\t-\n");
+    assert!(ok(
+        &with(&["endpoints", "set", "l", "http://127.0.0.1:8/", "--allow-private-endpoints"]),
+        ""
+    )
+    .contains("added"));
+    assert_eq!(
+        ok(&with(&["endpoints", "list"]), ""),
+        "k\thttps://h.example/b\t-\nl\thttp://127.0.0.1:8/\t-\n"
+    );
     assert!(ok(&with(&["endpoints", "rm", "l"]), "").contains("removed"));
     assert_eq!(ok(&with(&["endpoints", "list"]), ""), "k\thttps://h.example/b\t-\n");
 }

@@ -43,15 +43,28 @@ impl Listeners {
     /// The rows; `metadata` adds the 169.254.169.254 one (port 9: nothing listens, and the
     /// policy refuses it before any connection).
     pub fn rows(&self, metadata: bool) -> Vec<Row> {
-        let port = |e: &Endpoint| e.url.rsplit(':').next().unwrap().trim_end_matches("/hook").to_owned();
+        let port =
+            |e: &Endpoint| e.url.rsplit(':').next().unwrap().trim_end_matches("/hook").to_owned();
         let (p4, p6) = (port(&self.v4), port(&self.v6));
-        let v4 = |key, url: String| Row { key, url, v6: Some(false), ip: "127.0.0.1", rule: "127.0.0.0/8" };
+        let v4 = |key, url: String| Row {
+            key,
+            url,
+            v6: Some(false),
+            ip: "127.0.0.1",
+            rule: "127.0.0.0/8",
+        };
         let mut rows = vec![
             v4("k_loopback", format!("http://127.0.0.1:{p4}/hook")),
             v4("k_localhost", format!("http://localhost:{p4}/hook")),
             v4("k_numeric", format!("http://2130706433:{p4}/hook")),
             v4("k_mapped", format!("http://[::ffff:127.0.0.1]:{p4}/hook")),
-            Row { key: "k_v6", url: format!("http://[::1]:{p6}/hook"), v6: Some(true), ip: "::1", rule: "::1/128" },
+            Row {
+                key: "k_v6",
+                url: format!("http://[::1]:{p6}/hook"),
+                v6: Some(true),
+                ip: "::1",
+                rule: "::1/128",
+            },
         ];
         if metadata {
             rows.push(Row {
@@ -88,10 +101,25 @@ pub fn keys(e: &Endpoint) -> Vec<String> {
 
 /// The `work` flags of both runs: two attempts 1 ms apart, three seconds, one thread.
 pub fn work_args(deliver: &str) -> Vec<String> {
-    ["work", "--deliver", deliver, "--max-attempts", "2", "--backoff-base-ms", "1",
-        "--backoff-cap-ms", "1", "--stop-after", "3", "--threads", "1", "--idle-poll-ms", "20"]
-        .map(str::to_owned)
-        .to_vec()
+    [
+        "work",
+        "--deliver",
+        deliver,
+        "--max-attempts",
+        "2",
+        "--backoff-base-ms",
+        "1",
+        "--backoff-cap-ms",
+        "1",
+        "--stop-after",
+        "3",
+        "--threads",
+        "1",
+        "--idle-poll-ms",
+        "20",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// Checks the refusing run: no listener behind a row saw anything, `--deliver` got exactly
@@ -110,7 +138,9 @@ pub fn check_refused(l: &Listeners, rows: &[Row], mut dead: Vec<(String, i64, St
         assert_eq!(key, row.key);
         assert_eq!(*attempts, 2, "{key}: retried, then dead-lettered");
         assert!(
-            reason.contains("address policy") && reason.contains(row.ip) && reason.contains(row.rule),
+            reason.contains("address policy")
+                && reason.contains(row.ip)
+                && reason.contains(row.rule),
             "{key}: {reason}"
         );
     }
@@ -123,5 +153,10 @@ pub fn check_allowed(l: &Listeners, rows: &[Row]) {
     on_v4.sort();
     assert_eq!(keys(&l.v4), on_v4, "every 127.0.0.1 spelling is delivered");
     assert_eq!(keys(&l.v6), ["k_v6"], "[::1] is delivered");
-    assert!(l.v4.arrivals().iter().chain(&l.v6.arrivals()).all(|a| a.event_id.starts_with("allow-")));
+    assert!(l
+        .v4
+        .arrivals()
+        .iter()
+        .chain(&l.v6.arrivals())
+        .all(|a| a.event_id.starts_with("allow-")));
 }

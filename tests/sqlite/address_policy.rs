@@ -34,8 +34,11 @@ fn rows_at_private_addresses_are_refused_unless_allowed() {
     enqueue(&dir, &policy_case::events(&rows, "deny"));
     let c = Connection::open(dir.path("keyorder.db")).unwrap();
     for r in &rows {
-        c.execute("INSERT INTO keyorder_endpoint (partition_key, url) VALUES (?1, ?2)", [r.key, &r.url])
-            .unwrap();
+        c.execute(
+            "INSERT INTO keyorder_endpoint (partition_key, url) VALUES (?1, ?2)",
+            [r.key, &r.url],
+        )
+        .unwrap();
     }
     work(&dir, &l, &[]);
     let dead = c
@@ -74,23 +77,35 @@ fn endpoints_set_list_rm_validate_each_row() {
     refused(&["endpoints", "set", "k", "http://h/", "--secret-ref", "file:s.txt"], "absolute");
     refused(&["endpoints", "set", "k", "http://0x7f000001:8/"], "127.0.0.0/8");
     refused(&["endpoints", "set", "k", "http://[fd00:ec2::254]/"], "cloud metadata");
-    refused(&["endpoints", "set", "k", "http://h/", "--allow-endpoint-network", "10.1.2.3/8"], "did you mean 10.0.0.0/8");
+    refused(
+        &["endpoints", "set", "k", "http://h/", "--allow-endpoint-network", "10.1.2.3/8"],
+        "did you mean 10.0.0.0/8",
+    );
     refused(&["endpoints", "rm", "k"], "no endpoint row");
     let ok = |args: &[&str], says: &str| {
         let out = run(args);
         assert!(out.status.success() && text(&out).contains(says), "{args:?}: {}", text(&out));
     };
-    ok(&["endpoints", "set", "k", "https://hooks.example.com/a", "--secret-ref", "env:K_SECRET"], "added");
+    ok(
+        &["endpoints", "set", "k", "https://hooks.example.com/a", "--secret-ref", "env:K_SECRET"],
+        "added",
+    );
     ok(&["endpoints", "set", "k", "https://hooks.example.com/b"], "replaced");
-    ok(&["endpoints", "set", "p", "http://10.2.0.1/", "--allow-endpoint-network", "10.2.0.0/16"], "added");
+    ok(
+        &["endpoints", "set", "p", "http://10.2.0.1/", "--allow-endpoint-network", "10.2.0.0/16"],
+        "added",
+    );
     ok(&["endpoints", "list"], "k\thttps://hooks.example.com/b\t-\np\thttp://10.2.0.1/\t-\n");
     let json = run(&["endpoints", "list", "--json"]);
     let first: serde_json::Value =
-        serde_json::from_str(String::from_utf8_lossy(&json.stdout).lines().next().unwrap()).unwrap();
+        serde_json::from_str(String::from_utf8_lossy(&json.stdout).lines().next().unwrap())
+            .unwrap();
     assert_eq!(first["url"], "https://hooks.example.com/b");
     ok(&["endpoints", "rm", "k"], "removed");
     ok(&["endpoints", "list"], "p\t");
     assert!(!text(&run(&["endpoints", "list"])).contains("hooks.example.com"));
     let help = text(&run(&["work", "--help"]));
-    assert!(help.contains("--allow-endpoint-network") && help.contains("--allow-private-endpoints"));
+    assert!(
+        help.contains("--allow-endpoint-network") && help.contains("--allow-private-endpoints")
+    );
 }
