@@ -204,6 +204,16 @@ impl AddressPolicy {
     }
 
     fn check_v6(&self, ip: Ipv6Addr) -> Verdict {
+        // An IPv4-mapped address is the IPv4 address (a socket connects to that): judged as
+        // it, by IPv4 networks only, so `--allow-endpoint-network ::/0` does not open it.
+        if let Some(v4) = ip.to_ipv4_mapped() {
+            return match self.check_v4(v4) {
+                Verdict::Refused { rule } => {
+                    Verdict::Refused { rule: Rule { via: Some(MAPPED), ..rule } }
+                }
+                allowed => allowed,
+            };
+        }
         if self.allowed(IpAddr::V6(ip)) {
             return Verdict::Allowed;
         }
@@ -314,7 +324,6 @@ const fn v6(h: [u16; 8]) -> u128 {
 const V6_RULES: &[V6Rule] = &[
     r6(0, 128, "unspecified", "::/128"),
     r6(1, 128, "loopback", "::1/128"),
-    ok6(v6([0, 0, 0, 0, 0, 0xffff, 0, 0]), 96),
     r6(0, 96, "IPv4-compatible IPv6 (deprecated, RFC 4291)", "::/96"),
     ok6(v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0]), 96),
     r6(v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0]), 48, "local-use NAT64 (RFC 8215)", "64:ff9b:1::/48"),
@@ -347,15 +356,15 @@ const V6_RULES: &[V6Rule] = &[
 const NOT_GLOBAL_UNICAST: Rule =
     Rule { name: "not global unicast (reserved by IETF)", range: "outside 2000::/3", via: None };
 
-/// The IPv4 addresses an IPv6 address carries, and the name of its form: IPv4-mapped
-/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`), 6to4
+/// The form name of IPv4-mapped addresses (`::ffff:a.b.c.d`), judged as their IPv4 address.
+const MAPPED: &str = "IPv4-mapped ::ffff:0:0/96";
+
+/// The IPv4 addresses an IPv6 address carries, and the name of its form: IPv4-compatible (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`), 6to4
 /// (`2002:AABB:CCDD::`, bits 16..48) or Teredo (`2001:0:SERVER:…:~CLIENT`: the server in bits
 /// 32..64, the client's address inverted in the last 32 bits).
 fn embedded_v4(bits: u128) -> Option<(&'static str, [Option<Ipv4Addr>; 2])> {
     let low = Some(Ipv4Addr::from(bits as u32));
-    if in_v6(bits, v6([0, 0, 0, 0, 0, 0xffff, 0, 0]), 96) {
-        Some(("IPv4-mapped ::ffff:0:0/96", [low, None]))
-    } else if in_v6(bits, 0, 96) && bits > 1 {
+    if in_v6(bits, 0, 96) && bits > 1 {
         Some(("IPv4-compatible ::/96", [low, None]))
     } else if in_v6(bits, v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0]), 96) {
         Some(("NAT64 64:ff9b::/96", [low, None]))
@@ -550,6 +559,10 @@ mod tests {
         let p = AddressPolicy::new(allow.iter().map(|c| c.parse().unwrap()).collect());
         assert_eq!(refused_by(&p, "127.0.0.1"), None);
         assert_eq!(refused_by(&p, "::ffff:127.0.0.1"), None, "the mapped form of an allowed one");
+        let v6_all = AddressPolicy::new(vec!["::/0".parse().unwrap()]);
+        assert_eq!(refused_by(&v6_all, "fd00::1"), None);
+        let mapped = refused_by(&v6_all, "::ffff:10.0.0.1").map(|r| r.range());
+        assert_eq!(mapped, Some("10.0.0.0/8"), "a mapped address is IPv4: ::/0 does not open it");
         assert_eq!(refused_by(&p, "2002:7f00:1::"), None, "the 6to4 form of an allowed one");
         assert_eq!(refused_by(&p, "fd12:1::1"), None);
         assert_eq!(refused_by(&p, "169.254.169.254"), None);
