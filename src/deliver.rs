@@ -85,6 +85,18 @@ pub enum DeliverError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The address policy of endpoint-table URLs refused the address that `addr` is (or
+    /// resolved to): no connection was made, nothing was sent. Retried like any failure (a DNS
+    /// answer may change), then dead-lettered with this text, never sent elsewhere.
+    #[error("refused by the endpoint address policy: {addr} is {ip}, {rule}; nothing was sent (an operator can allow it with --allow-endpoint-network or --allow-private-endpoints)")]
+    Refused {
+        /// `host:port` as the URL names it.
+        addr: String,
+        /// The address refused.
+        ip: std::net::IpAddr,
+        /// The rule that refused it.
+        rule: crate::http::Rule,
+    },
 }
 
 /// An error and its causes on one line, for texts that end up in `last_error`.

@@ -6,6 +6,8 @@
 //! replaced whole by whoever reloads it, so a delivery sees one consistent version.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 
 /// One row of the endpoint table.
@@ -17,6 +19,67 @@ pub struct EndpointRow {
     pub url: String,
     /// Where its signing secret is (`env:NAME` or `file:PATH`); `None`: the default secret.
     pub secret_ref: Option<String>,
+}
+
+/// Where a row's signing secrets are: never the secrets themselves, so the table can be read
+/// (and printed) without exposing them. The variable's value or the file's text holds one
+/// secret a line, newest first (see [`crate::http::SigningKeys::from_lines`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretRef {
+    /// `env:NAME`: the environment variable `NAME` of the worker (letters, digits and `_`,
+    /// not starting with a digit).
+    Env(String),
+    /// `file:PATH`: the file at an absolute `PATH` on the worker's machine, re-read at every
+    /// reload of the table (so a secret rotates by editing the file).
+    File(PathBuf),
+}
+
+/// Why a `secret_ref` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretRefError {
+    /// Neither `env:` nor `file:`.
+    #[error("secret reference {text:?} is neither env:NAME nor file:PATH (the secret itself never goes in the table)")]
+    Form {
+        /// The reference as given.
+        text: String,
+    },
+    /// `env:` with an empty or unusual variable name.
+    #[error("secret reference {text:?}: the variable name must be letters, digits and _ (not starting with a digit)")]
+    EnvName {
+        /// The reference as given.
+        text: String,
+    },
+    /// `file:` with a relative or empty path: the worker's working folder is not the writer's.
+    #[error("secret reference {text:?}: the path must be absolute (file:/etc/keyorder/secret)")]
+    Path {
+        /// The reference as given.
+        text: String,
+    },
+}
+
+impl FromStr for SecretRef {
+    type Err = SecretRefError;
+
+    fn from_str(text: &str) -> Result<Self, SecretRefError> {
+        let owned = || text.to_owned();
+        if let Some(name) = text.strip_prefix("env:") {
+            let mut chars = name.chars();
+            let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+            if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(SecretRefError::EnvName { text: owned() });
+            }
+            Ok(Self::Env(name.to_owned()))
+        } else if let Some(path) = text.strip_prefix("file:") {
+            let path = PathBuf::from(path);
+            if !path.is_absolute() {
+                return Err(SecretRefError::Path { text: owned() });
+            }
+            Ok(Self::File(path))
+        } else {
+            Err(SecretRefError::Form { text: owned() })
+        }
+    }
 }
 
 /// The per-key targets in force, of any resolved form `T`. Cheap to clone; clones share.
@@ -79,6 +142,23 @@ impl<T> Directory<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_references_name_a_variable_or_an_absolute_file() {
+        let ok = |t: &str| t.parse::<SecretRef>().unwrap();
+        assert_eq!(ok("env:HOOK_SECRET_2"), SecretRef::Env("HOOK_SECRET_2".into()));
+        assert_eq!(ok("env:_x"), SecretRef::Env("_x".into()));
+        assert_eq!(ok("file:/etc/k/s"), SecretRef::File("/etc/k/s".into()));
+        let err = |t: &str| t.parse::<SecretRef>().unwrap_err();
+        assert!(matches!(err("whsec_abc"), SecretRefError::Form { .. }));
+        assert!(matches!(err("ENV:X"), SecretRefError::Form { .. }));
+        assert!(matches!(err("env:"), SecretRefError::EnvName { .. }));
+        assert!(matches!(err("env:1X"), SecretRefError::EnvName { .. }));
+        assert!(matches!(err("env:A-B"), SecretRefError::EnvName { .. }));
+        assert!(matches!(err("file:"), SecretRefError::Path { .. }));
+        assert!(matches!(err("file:secret.txt"), SecretRefError::Path { .. }));
+        assert!(err("whsec_abc").to_string().contains("never goes in the table"));
+    }
 
     #[test]
     fn clones_share_the_table_and_a_reload_replaces_it_whole() {

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use keyorder::endpoints::EndpointRow;
+use keyorder::endpoints::{EndpointRow, SecretRef};
 use keyorder::http::{
-    EndpointSpec, HttpDeliverer, HttpOptions, Scheme, Signing, SigningKey, Target, TlsConfig,
+    EndpointSpec, HttpDeliverer, HttpOptions, Scheme, Signing, SigningKeys, Target, TlsConfig,
 };
 
 use super::bad_input::BadInput;
+use super::endpoints::PolicyArgs;
 
 /// The environment variable that may hold the signing secret.
 pub const SECRET_ENV: &str = "KEYORDER_SIGNING_SECRET";
@@ -28,11 +29,14 @@ pub struct DeliveryArgs {
     /// built-in Mozilla roots.
     #[arg(long, value_name = "PEM")]
     pub ca_file: Option<PathBuf>,
-    /// File holding the Standard Webhooks signing secret ("whsec_<base64>", or any other text
-    /// used as raw bytes; a trailing newline is ignored). The secret may instead be in the
-    /// KEYORDER_SIGNING_SECRET environment variable; the file wins. With a secret each request
-    /// carries webhook-id, webhook-timestamp and webhook-signature; without one, no
-    /// webhook-timestamp or webhook-signature is sent.
+    /// File holding the Standard Webhooks signing secrets, one a line, newest first
+    /// ("whsec_<base64>", or any other text used as raw bytes; blank lines are skipped). The
+    /// secrets may instead be in the KEYORDER_SIGNING_SECRET environment variable, in the same
+    /// form; the file wins. With secrets each request carries webhook-id, webhook-timestamp and
+    /// webhook-signature, one "v1,<sig>" per secret, space-separated (to rotate: put the new
+    /// secret on the first line, remove the old line once every receiver has the new one);
+    /// without, no webhook-timestamp or webhook-signature is sent. A row's secret_ref file or
+    /// variable takes the same form.
     #[arg(long, value_name = "PATH")]
     pub signing_secret_file: Option<PathBuf>,
     /// How long connecting may take, in ms (TCP, then the TLS handshake, each).
@@ -41,6 +45,9 @@ pub struct DeliveryArgs {
     /// The largest reply body accepted, in bytes; a longer reply fails the delivery.
     #[arg(long, default_value_t = keyorder::http::DEFAULT_MAX_REPLY)]
     pub max_reply_bytes: usize,
+    /// Which addresses the URLs of the endpoint table may connect to.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 impl DeliveryArgs {
@@ -58,24 +65,26 @@ impl DeliveryArgs {
     }
 
     /// The options of every deliverer: TLS roots, timeouts, limit, and `key` to sign with.
-    fn options(&self, key: Option<SigningKey>) -> Result<HttpOptions, BadInput> {
+    fn options(&self, keys: Option<SigningKeys>) -> Result<HttpOptions, BadInput> {
         let tls = match &self.ca_file {
             None => None,
             Some(path) => Some(
                 TlsConfig::with_ca_file(path).map_err(|e| BadInput(format!("--ca-file: {e}")))?,
             ),
         };
-        let signing = key.map(|key| Signing { key, unix_time: unix_now });
+        let signing = keys.map(|keys| Signing { keys, unix_time: unix_now });
         Ok(HttpOptions {
             connect_timeout: Duration::from_millis(self.connect_timeout_ms.max(1)),
             max_reply: self.max_reply_bytes,
             tls,
             signing,
+            policy: None,
         })
     }
 
-    /// The deliverer of each `keyorder_endpoint` row, with these options and the row's own
-    /// secret (`env:NAME` or `file:PATH`; none: the default secret), or why the row cannot be
+    /// The deliverer of each `keyorder_endpoint` row, with these options, the row's own
+    /// secrets (`env:NAME` or `file:PATH`; none: the default secrets) and the address policy
+    /// (`--allow-endpoint-network`, `--allow-private-endpoints`), or why the row cannot be
     /// used — then that key's deliveries fail rather than go to the default URL.
     pub fn endpoint_table(&self, rows: &[EndpointRow]) -> EndpointTable {
         let env = std::env::var(SECRET_ENV).ok();
@@ -88,7 +97,8 @@ impl DeliveryArgs {
                         Some(r) => secret_ref(r),
                     }
                     .map_err(|e| e.0)?;
-                    let options = self.options(key).map_err(|e| e.0)?;
+                    let mut options = self.options(key).map_err(|e| e.0)?;
+                    options.policy = Some(self.policy.policy());
                     Ok(Arc::new(EndpointSpec { target, options }))
                 })();
                 (row.key.clone(), built)
@@ -100,22 +110,22 @@ impl DeliveryArgs {
 /// Each key's deliverer, as [`DeliveryArgs::endpoint_table`] builds it.
 pub type EndpointTable = BTreeMap<String, Result<Arc<EndpointSpec>, String>>;
 
-/// The signing key a `secret_ref` names: `env:NAME` or `file:PATH`.
-fn secret_ref(reference: &str) -> Result<Option<SigningKey>, BadInput> {
-    if let Some(name) = reference.strip_prefix("env:") {
-        let value = std::env::var(name).map_err(|_| {
-            BadInput(format!("secret_ref {reference:?}: the environment has no {name}"))
-        })?;
-        secret(None, Some(&value))
-    } else if let Some(path) = reference.strip_prefix("file:") {
-        secret(Some(Path::new(path)), None)
-    } else {
-        Err(BadInput(format!("secret_ref {reference:?} is neither env:NAME nor file:PATH")))
+/// The signing keys a `secret_ref` names: `env:NAME` or `file:PATH`.
+fn secret_ref(reference: &str) -> Result<Option<SigningKeys>, BadInput> {
+    match reference.parse::<SecretRef>().map_err(|e| BadInput(e.to_string()))? {
+        SecretRef::Env(name) => {
+            let value = std::env::var(&name).map_err(|_| {
+                BadInput(format!("secret_ref {reference:?}: the environment has no {name}"))
+            })?;
+            secret(None, Some(&value))
+        }
+        SecretRef::File(path) => secret(Some(&path), None),
     }
 }
 
-/// The signing key from the secret file, else from the environment's value, else none.
-fn secret(file: Option<&Path>, env: Option<&str>) -> Result<Option<SigningKey>, BadInput> {
+/// The signing keys (one a line, newest first) from the secret file, else from the
+/// environment's value, else none.
+fn secret(file: Option<&Path>, env: Option<&str>) -> Result<Option<SigningKeys>, BadInput> {
     let (text, from) = match (file, env) {
         (Some(path), _) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
@@ -126,9 +136,7 @@ fn secret(file: Option<&Path>, env: Option<&str>) -> Result<Option<SigningKey>, 
         (None, Some(value)) => (value.to_owned(), SECRET_ENV.to_owned()),
         (None, None) => return Ok(None),
     };
-    let text = text.strip_suffix('\n').unwrap_or(&text);
-    let text = text.strip_suffix('\r').unwrap_or(text);
-    SigningKey::from_secret(text).map(Some).map_err(|e| BadInput(format!("{from}: {e}")))
+    SigningKeys::from_lines(&text).map(Some).map_err(|e| BadInput(format!("{from}: {e}")))
 }
 
 /// Unix seconds now, for `webhook-timestamp`.
@@ -141,6 +149,7 @@ fn unix_now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keyorder::http::SigningKey;
 
     fn args(url: &str) -> DeliveryArgs {
         DeliveryArgs {
@@ -149,6 +158,7 @@ mod tests {
             signing_secret_file: None,
             connect_timeout_ms: 5_000,
             max_reply_bytes: 1 << 20,
+            policy: PolicyArgs::default(),
         }
     }
 
@@ -183,7 +193,15 @@ mod tests {
         assert!(secret(None, None).unwrap().is_none());
         std::fs::write(&file, "\n").unwrap();
         let empty = secret(Some(&file), None).unwrap_err().0;
-        assert!(empty.contains("--signing-secret-file") && empty.contains("empty"), "{empty}");
+        assert!(
+            empty.contains("--signing-secret-file") && empty.contains("no signing secret"),
+            "{empty}"
+        );
+        std::fs::write(&file, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\nold\n").unwrap();
+        let both = secret(Some(&file), None).unwrap().unwrap();
+        assert_eq!(both.len(), 2, "one secret a line");
+        let old = SigningKey::from_secret("old").unwrap().sign("id", 1, b"x");
+        assert_eq!(both.sign("id", 1, b"x"), format!("{} {old}", expected.sign("id", 1, b"x")));
         assert!(secret(Some(&dir.join("none")), None).unwrap_err().0.contains("cannot read"));
         let _ = std::fs::remove_dir_all(&dir);
     }

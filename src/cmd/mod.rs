@@ -14,6 +14,7 @@ mod bench_http;
 mod chunks;
 mod delivery;
 mod dlq;
+mod endpoints;
 mod enqueue;
 mod lag;
 mod migrate;
@@ -55,6 +56,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Change the partition count online (no write pause): a new layout with a per-key barrier.
     Switch(switch::SwitchArgs),
+    /// Set, list and remove per-key endpoints (the keyorder_endpoint table), each row checked
+    /// before it is written.
+    Endpoints(endpoints::EndpointsArgs),
 }
 
 /// Runs the parsed command.
@@ -69,6 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dlq(args) => dlq::dlq(args),
         Command::Bench(args) => bench::run(args),
         Command::Switch(args) => switch::switch(args),
+        Command::Endpoints(args) => endpoints::run(args),
     }
 }
 

@@ -2,6 +2,7 @@
 //! itself: no spawned task, so nothing outlives the deliverer and no `LocalSet` is needed.
 
 use std::future::{poll_fn, Future};
+use std::net::{IpAddr, SocketAddr};
 use std::pin::{pin, Pin};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use super::policy::{AddressPolicy, Verdict};
 use super::target::Target;
 use super::tls::TlsConfig;
 use crate::deliver::DeliverError;
@@ -40,10 +42,16 @@ impl std::fmt::Debug for Conn {
 impl Conn {
     /// Connects to `target` (TCP with `TCP_NODELAY`, then TLS when `tls` is given) within
     /// `timeout` for each step, and waits until the connection takes a request.
+    ///
+    /// With a `policy`, the host is resolved once, every address it resolved to is checked,
+    /// and only those checked addresses are connected to (never the name again, so a DNS
+    /// answer that changes in between cannot slip past): one refused address refuses the
+    /// connection, since which address a name yields is up to whoever controls its DNS.
     pub(super) async fn open(
         target: &Target,
         tls: Option<&TlsConfig>,
         timeout: Duration,
+        policy: Option<&AddressPolicy>,
     ) -> Result<Conn, DeliverError> {
         let addr = target.authority();
         let timed_out = |what: &str| {
@@ -52,11 +60,24 @@ impl Conn {
                 format!("no {what} within {timeout:?} (the connect timeout)"),
             )
         };
-        let tcp = tokio::time::timeout(timeout, TcpStream::connect((target.host(), target.port())))
+        let connect_err = |source| DeliverError::Connect { addr: addr.clone(), source };
+        let addresses = tokio::time::timeout(timeout, resolve(target))
+            .await
+            .map_err(|_| timed_out("DNS answer"))
+            .and_then(|r| r)
+            .map_err(connect_err)?;
+        if let Some(policy) = policy {
+            for a in &addresses {
+                if let Verdict::Refused { rule } = policy.check(a.ip()) {
+                    return Err(DeliverError::Refused { addr, ip: a.ip(), rule });
+                }
+            }
+        }
+        let tcp = tokio::time::timeout(timeout, connect_any(&addresses))
             .await
             .map_err(|_| timed_out("connection"))
             .and_then(|r| r)
-            .map_err(|source| DeliverError::Connect { addr: addr.clone(), source })?;
+            .map_err(connect_err)?;
         tcp.set_nodelay(true)
             .map_err(|source| DeliverError::Connect { addr: addr.clone(), source })?;
         let handshake = match tls {
@@ -118,6 +139,40 @@ impl Conn {
     ) -> Option<Result<Frame<Bytes>, hyper::Error>> {
         drive(&mut self.driver, body.frame()).await
     }
+}
+
+/// Every address of `target`'s host: the address itself, or what the resolver answers for the
+/// name. An IPv4-mapped IPv6 address is connected to as the IPv4 address it is.
+async fn resolve(target: &Target) -> std::io::Result<Vec<SocketAddr>> {
+    let mut addresses: Vec<SocketAddr> = match target.ip() {
+        Some(ip) => vec![SocketAddr::new(ip, target.port())],
+        None => tokio::net::lookup_host((target.host(), target.port())).await?.collect(),
+    };
+    for a in &mut addresses {
+        if let IpAddr::V6(v6) = a.ip() {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                a.set_ip(IpAddr::V4(v4));
+            }
+        }
+    }
+    if addresses.is_empty() {
+        let e = format!("{} resolved to no address", target.host());
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, e));
+    }
+    Ok(addresses)
+}
+
+/// A connection to the first of `addresses` that accepts one, tried in order (as the resolver
+/// ordered them); the last error if none does.
+async fn connect_any(addresses: &[SocketAddr]) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for a in addresses {
+        match TcpStream::connect(a).await {
+            Ok(tcp) => return Ok(tcp),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no address to connect to")))
 }
 
 fn boxed<T>(

@@ -17,6 +17,10 @@
 //!   `-Attempt`, and the Standard Webhooks `webhook-id` (the event id). With a [`Signing`] key
 //!   also `webhook-timestamp` and `webhook-signature` (see [`sign`]); without one, neither.
 //!
+//! - **The address policy** ([`policy`]), when [`HttpOptions::policy`] is set: the host is
+//!   resolved once per connection, every address checked, and only a checked address is
+//!   connected to; a refusal is [`DeliverError::Refused`], and no connection is made.
+//!
 //! The worker's delivery timeout bounds a whole call; [`HttpOptions::connect_timeout`] bounds
 //! connecting (TCP, then the TLS handshake) separately.
 
@@ -35,13 +39,15 @@ use crate::drain::Head;
 use crate::ids::PartitionId;
 
 mod conn;
+pub mod policy;
 mod routed;
 pub mod sign;
 mod target;
 mod tls;
 
+pub use policy::{AddressPolicy, Cidr, CidrError, Rule, Verdict};
 pub use routed::{EndpointDirectory, EndpointSpec, RoutedDeliverer};
-pub use sign::{SecretError, Signing, SigningKey};
+pub use sign::{SecretError, Signing, SigningKey, SigningKeys};
 pub use target::{Scheme, Target, UrlError};
 pub use tls::{TlsConfig, TlsError};
 
@@ -61,8 +67,11 @@ pub struct HttpOptions {
     pub max_reply: usize,
     /// The TLS configuration of `https://` targets; `None` trusts the webpki roots only.
     pub tls: Option<TlsConfig>,
-    /// The signing key and clock; `None` sends no `webhook-signature`.
+    /// The signing keys and clock; `None` sends no `webhook-signature`.
     pub signing: Option<Signing>,
+    /// The address policy every connection is checked against (endpoint-table URLs, which a
+    /// tenant chose); `None`: every address is trusted (the operator's own `--deliver`).
+    pub policy: Option<AddressPolicy>,
 }
 
 impl Default for HttpOptions {
@@ -72,6 +81,7 @@ impl Default for HttpOptions {
             max_reply: DEFAULT_MAX_REPLY,
             tls: None,
             signing: None,
+            policy: None,
         }
     }
 }
@@ -204,7 +214,8 @@ impl HttpDeliverer {
 
     async fn open(&self) -> Result<Conn, DeliverError> {
         let s = &self.shared;
-        Conn::open(&s.target, s.tls.as_ref(), s.options.connect_timeout).await
+        let policy = s.options.policy.as_ref();
+        Conn::open(&s.target, s.tls.as_ref(), s.options.connect_timeout, policy).await
     }
 
     fn failed(&self, source: hyper::Error) -> DeliverError {
@@ -228,7 +239,7 @@ impl HttpDeliverer {
             .header("webhook-id", event_id);
         if let Some(signing) = &s.options.signing {
             let now = (signing.unix_time)();
-            let signature = signing.key.sign(&header_text(&head.event_id), now, body.as_bytes());
+            let signature = signing.keys.sign(&header_text(&head.event_id), now, body.as_bytes());
             builder = builder
                 .header("webhook-timestamp", now.to_string())
                 .header("webhook-signature", signature);

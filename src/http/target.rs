@@ -1,8 +1,14 @@
 //! The delivery URL: `http://` or `https://`, a host (name, IPv4, or `[IPv6]`), an optional
 //! port and a path with query. Parsed once, so every request reuses the checked parts.
+//!
+//! A host that ends in a number is an IPv4 address, read as browsers and curl read it (the
+//! WHATWG URL standard's IPv4 parser): `2130706433`, `0x7f000001`, `0177.0.0.1` and `127.1` all
+//! mean `127.0.0.1`, and `1.2.3.4.5` or `example.123` are refused as malformed. So such a host
+//! is never handed to the resolver as a name (glibc would read it as an address too), and the
+//! address policy of endpoint rows judges the address it means.
 
 use std::fmt;
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hyper::http::uri::PathAndQuery;
 
@@ -55,8 +61,11 @@ pub enum Scheme {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     scheme: Scheme,
-    /// The host without brackets: what is resolved and what TLS checks.
+    /// The host without brackets: what is resolved and what TLS checks. An IP address is kept
+    /// in its canonical form (`127.0.0.1`, `::ffff:127.0.0.1`).
     host: String,
+    /// The host's address when it is one (no resolution needed).
+    ip: Option<IpAddr>,
     port: u16,
     path: PathAndQuery,
 }
@@ -81,6 +90,15 @@ impl Target {
         }
         let (host, port) =
             split_authority(authority).ok_or_else(|| UrlError::Host { url: owned() })?;
+        let ip = if host.contains(':') {
+            // `split_authority` parsed it already.
+            host.parse::<Ipv6Addr>().ok().map(IpAddr::V6)
+        } else if ends_in_a_number(host) {
+            Some(IpAddr::V4(parse_ipv4(host).ok_or_else(|| UrlError::Host { url: owned() })?))
+        } else {
+            None
+        };
+        let host = ip.map_or_else(|| host.to_owned(), |ip| ip.to_string());
         let port = match port {
             None => match scheme {
                 Scheme::Http => 80,
@@ -100,7 +118,7 @@ impl Target {
             return Err(UrlError::Path { url: owned() });
         }
         let path = PathAndQuery::try_from(path).map_err(|_| UrlError::Path { url: owned() })?;
-        Ok(Self { scheme, host: host.to_owned(), port, path })
+        Ok(Self { scheme, host, ip, port, path })
     }
 
     /// `http` or `https`.
@@ -111,6 +129,11 @@ impl Target {
     /// The host, without the brackets of an IPv6 address.
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    /// The host's IP address when the URL names one (in any spelling), else `None`: a name.
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.ip
     }
 
     /// The port (80 or 443 unless the URL gave one).
@@ -170,6 +193,60 @@ fn split_authority(authority: &str) -> Option<(&str, Option<&str>)> {
     Some((host, port))
 }
 
+/// Whether the WHATWG URL standard reads `host` as an IPv4 address: its last label (a trailing
+/// dot aside) is decimal digits or `0x` and hex digits.
+fn ends_in_a_number(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let last = host.rsplit('.').next().unwrap_or(host);
+    if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    let hex = last.strip_prefix("0x").or_else(|| last.strip_prefix("0X"));
+    hex.is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The WHATWG URL standard's IPv4 parser: one to four parts, each decimal, `0x` hex or
+/// `0`-prefixed octal; the last part fills the remaining bytes. `None` if malformed.
+fn parse_ipv4(host: &str) -> Option<Ipv4Addr> {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.len() > 4 {
+        return None;
+    }
+    let numbers = parts.iter().map(|p| ipv4_number(p)).collect::<Option<Vec<u64>>>()?;
+    let (last, init) = numbers.split_last()?;
+    if init.iter().any(|&n| n > 255) || *last >= 256u64.pow(5 - numbers.len() as u32) {
+        return None;
+    }
+    let mut address = *last;
+    for (i, &n) in init.iter().enumerate() {
+        address += n << (8 * (3 - i));
+    }
+    u32::try_from(address).ok().map(Ipv4Addr::from)
+}
+
+/// One part of a numeric IPv4 host; `None` for an empty or malformed part.
+fn ipv4_number(part: &str) -> Option<u64> {
+    if part.is_empty() {
+        return None;
+    }
+    let (digits, radix) = if let Some(h) = part.strip_prefix("0x").or(part.strip_prefix("0X")) {
+        (h, 16)
+    } else if part.len() > 1 && part.starts_with('0') {
+        (&part[1..], 8)
+    } else {
+        (part, 10)
+    };
+    if digits.is_empty() {
+        return Some(0);
+    }
+    // More than 11 digits cannot fit 32 bits in any radix: refuse before overflowing.
+    if digits.len() > 11 || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    u64::from_str_radix(digits, radix).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +286,47 @@ mod tests {
         assert!(matches!(kind("http://h/a b"), UrlError::Path { .. }));
         assert!(matches!(kind("http://h/a#frag"), UrlError::Path { .. }));
         assert!(kind("ftp://x").to_string().contains("http:// or https://"));
+    }
+
+    #[test]
+    fn numeric_hosts_mean_the_address_a_browser_would_connect_to() {
+        let ip = |url: &str| Target::parse(url).unwrap().ip().map(|ip| ip.to_string());
+        for url in [
+            "http://127.0.0.1/",
+            "http://2130706433/",
+            "http://0x7f000001/",
+            "http://0X7F000001/",
+            "http://0177.0.0.1/",
+            "http://0177.0.0.01/",
+            "http://127.1/",
+            "http://127.0.1/",
+            "http://0x7f.1/",
+            "http://127.0.0.1./",
+            "http://017700000001:8080/",
+        ] {
+            assert_eq!(ip(url).as_deref(), Some("127.0.0.1"), "{url}");
+        }
+        assert_eq!(ip("http://0/").as_deref(), Some("0.0.0.0"));
+        assert_eq!(ip("http://0x/").as_deref(), Some("0.0.0.0"));
+        assert_eq!(ip("http://4294967295/").as_deref(), Some("255.255.255.255"));
+        assert_eq!(ip("http://[::FFFF:127.0.0.1]/").as_deref(), Some("::ffff:127.0.0.1"));
+        assert_eq!(ip("http://example.com/"), None);
+        assert_eq!(ip("http://0x7f.example/"), None, "a name: its last label is not a number");
+        let t = Target::parse("http://0x7f000001:81/x").unwrap();
+        assert_eq!((t.host(), t.authority()), ("127.0.0.1", "127.0.0.1:81".to_owned()));
+        for url in [
+            "http://4294967296/",
+            "http://1.2.3.4.5/",
+            "http://256.0.0.1/",
+            "http://1.2.3.256/",
+            "http://1.2.65536/",
+            "http://08.0.0.1/",
+            "http://0x1g.0.0.1/",
+            "http://example.123/",
+            "http://1..2/",
+            "http://99999999999999999999/",
+        ] {
+            assert!(matches!(Target::parse(url), Err(UrlError::Host { .. })), "{url}");
+        }
     }
 }

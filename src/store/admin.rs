@@ -121,6 +121,13 @@ pub trait Admin {
     /// Every per-key delivery target (`keyorder_endpoint`), in key order.
     async fn endpoints(&self) -> Result<Vec<EndpointRow>, StoreError>;
 
+    /// Writes `row` (already validated by the caller), replacing its key's row if it has one,
+    /// atomically. Returns whether a row was replaced.
+    async fn set_endpoint(&mut self, row: &EndpointRow) -> Result<bool, StoreError>;
+
+    /// Deletes the endpoint row of `key`. Returns whether there was one.
+    async fn remove_endpoint(&mut self, key: &str) -> Result<bool, StoreError>;
+
     /// Rows in the queue.
     async fn depth(&self) -> Result<i64, StoreError>;
 

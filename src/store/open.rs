@@ -209,6 +209,14 @@ impl Admin for AdminConn {
         delegate!(&self.0, a => a.endpoints().await)
     }
 
+    async fn set_endpoint(&mut self, row: &EndpointRow) -> Result<bool, StoreError> {
+        delegate!(&mut self.0, a => a.set_endpoint(row).await)
+    }
+
+    async fn remove_endpoint(&mut self, key: &str) -> Result<bool, StoreError> {
+        delegate!(&mut self.0, a => a.remove_endpoint(key).await)
+    }
+
     async fn depth(&self) -> Result<i64, StoreError> {
         delegate!(&self.0, a => a.depth().await)
     }

@@ -4,6 +4,7 @@
 
 mod behaviour;
 mod dead_letter;
+mod policy;
 mod server;
 mod signing;
 mod tls;

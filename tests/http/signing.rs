@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use keyorder::http::{HttpOptions, Signing, SigningKey};
+use keyorder::http::{HttpOptions, Signing, SigningKey, SigningKeys};
 
 use super::server::{deliver, deliverer, hyper_server};
 
@@ -35,7 +35,8 @@ fn fixed_time() -> u64 {
 #[tokio::test]
 async fn signed_requests_verify_independently_and_tampering_is_caught() {
     let (addr, _, seen) = hyper_server(|_| (204, vec![])).await;
-    let signing = Signing { key: SigningKey::from_secret(SECRET).unwrap(), unix_time: fixed_time };
+    let signing =
+        Signing { keys: SigningKey::from_secret(SECRET).unwrap().into(), unix_time: fixed_time };
     let options = HttpOptions { signing: Some(signing), ..HttpOptions::default() };
     let mut d = deliverer(&format!("http://{addr}/"), options);
     deliver(&mut d, 42).await.expect("2xx");
@@ -50,4 +51,40 @@ async fn signed_requests_verify_independently_and_tampering_is_caught() {
     assert!(!python_verifies(&id, &timestamp, r#"{"n": 43}"#, &signature), "a tampered body fails");
     assert!(!python_verifies("evt-43", &timestamp, body, &signature), "another id fails");
     assert!(!python_verifies(&id, "1700000001", body, &signature), "another timestamp fails");
+}
+
+/// Rotation: a request signed with the new and the old secret (newest first, one `v1,` each,
+/// space-separated) verifies for a receiver holding only the old secret, and for one holding
+/// only the new one; a receiver with a third secret rejects it.
+#[tokio::test]
+async fn during_a_rotation_either_secret_verifies_independently() {
+    const NEW: &str = "whsec_QmV0dGVyIHJvdGF0ZSB0aGlzIG9uZSB0b28=";
+    const THIRD: &str = "whsec_c29tZSBvdGhlciB0ZW5hbnQ=";
+    let (addr, _, seen) = hyper_server(|_| (204, vec![])).await;
+    let keys = SigningKeys::from_lines(&format!("{NEW}\n{SECRET}\n")).unwrap();
+    let signing = Signing { keys, unix_time: fixed_time };
+    let options = HttpOptions { signing: Some(signing), ..HttpOptions::default() };
+    let mut d = deliverer(&format!("http://{addr}/"), options);
+    deliver(&mut d, 7).await.expect("2xx");
+    let captured = seen.lock().unwrap()[0].clone();
+    let headers = captured.headers.get_all("webhook-signature").iter().count();
+    assert_eq!(headers, 1, "one webhook-signature header");
+    let h = |name: &str| captured.headers[name].to_str().unwrap().to_owned();
+    let (id, timestamp, signature) =
+        (h("webhook-id"), h("webhook-timestamp"), h("webhook-signature"));
+    let body = std::str::from_utf8(&captured.body).unwrap();
+    let parts: Vec<&str> = signature.split(' ').collect();
+    assert_eq!(parts.len(), 2, "{signature}");
+    assert!(parts.iter().all(|p| p.starts_with("v1,")), "{signature}");
+    let verifies = |secret: &str, sig: &str| {
+        Command::new("python3")
+            .args(["-c", VERIFY, secret, &id, &timestamp, body, sig])
+            .status()
+            .expect("python3 runs")
+            .success()
+    };
+    assert!(verifies(SECRET, &signature), "a receiver with only the old secret accepts");
+    assert!(verifies(NEW, &signature), "a receiver with only the new secret accepts");
+    assert!(!verifies(THIRD, &signature), "a receiver with another secret rejects");
+    assert!(verifies(NEW, parts[0]) && !verifies(SECRET, parts[0]), "the newest comes first");
 }

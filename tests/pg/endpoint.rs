@@ -24,6 +24,8 @@ pub struct Shared {
     pub arrivals: Vec<Arrival>,
     pub poison: BTreeSet<String>,
     pub latency: Duration,
+    /// Connections accepted.
+    pub connections: usize,
 }
 
 pub struct Endpoint {
@@ -34,8 +36,13 @@ pub struct Endpoint {
 impl Endpoint {
     /// Serves on its own thread and runtime until the process ends.
     pub fn start(epoch: Instant) -> Endpoint {
+        Self::start_at("127.0.0.1:0", epoch)
+    }
+
+    /// Serves on `bind` (a loopback address, e.g. `[::1]:0`), as [`Endpoint::start`].
+    pub fn start_at(bind: &str, epoch: Instant) -> Endpoint {
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let listener = std::net::TcpListener::bind(bind).expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
         let s = shared.clone();
@@ -48,11 +55,17 @@ impl Endpoint {
                 let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
                 loop {
                     let Ok((stream, _)) = listener.accept().await else { continue };
+                    s.lock().unwrap().connections += 1;
                     tokio::spawn(serve(stream, s.clone(), epoch));
                 }
             });
         });
         Endpoint { url, shared }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.shared.lock().unwrap().connections
     }
 
     pub fn arrivals(&self) -> Vec<Arrival> {

@@ -4,8 +4,10 @@
 mod conformance;
 mod endpoint;
 mod harness;
+mod policy_case;
 mod util;
 
+mod address_policy;
 mod cli;
 mod compat;
 mod conformance_pg;

@@ -28,7 +28,18 @@ fn each_key_goes_to_its_own_endpoint_and_a_bad_row_is_dead_lettered() {
     .unwrap();
     let out = keyorder(
         &dir.0,
-        &["work", "--deliver", &default.url, "--max-attempts", "1", "--stop-after", "3"],
+        &[
+            "work",
+            "--deliver",
+            &default.url,
+            "--max-attempts",
+            "1",
+            "--stop-after",
+            "3",
+            // The test's endpoints are on loopback, which rows may not reach by default.
+            "--allow-endpoint-network",
+            "127.0.0.0/8",
+        ],
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let keys = |e: &Endpoint| {

@@ -5,9 +5,13 @@
 #[path = "../pg/endpoint.rs"]
 mod endpoint;
 
+#[path = "../pg/policy_case.rs"]
+mod policy_case;
+
 #[path = "../conformance/mod.rs"]
 mod conformance;
 
+mod address_policy;
 mod cli;
 mod endpoints;
 mod fixture;

@@ -93,6 +93,14 @@ impl Admin for PgAdmin {
         queue::endpoints(&self.client).await
     }
 
+    async fn set_endpoint(&mut self, row: &EndpointRow) -> Result<bool, StoreError> {
+        super::endpoints::set(&self.client, row).await
+    }
+
+    async fn remove_endpoint(&mut self, key: &str) -> Result<bool, StoreError> {
+        super::endpoints::remove(&self.client, key).await
+    }
+
     async fn depth(&self) -> Result<i64, StoreError> {
         queue::depth(&self.client).await
     }

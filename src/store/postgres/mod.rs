@@ -28,6 +28,7 @@ use crate::routing::PartitionCount;
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 pub mod admin;
+mod endpoints;
 mod error;
 pub mod queue;
 pub mod schema;

@@ -95,6 +95,14 @@ impl Admin for SqliteAdmin {
         queue::endpoints(&self.conn)
     }
 
+    async fn set_endpoint(&mut self, row: &EndpointRow) -> Result<bool, StoreError> {
+        super::endpoints::set(&self.conn, row)
+    }
+
+    async fn remove_endpoint(&mut self, key: &str) -> Result<bool, StoreError> {
+        super::endpoints::remove(&self.conn, key)
+    }
+
     async fn depth(&self) -> Result<i64, StoreError> {
         // A count on an indexed table: short enough to run on the caller's runtime.
         queue::depth(&self.conn)

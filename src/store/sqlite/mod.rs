@@ -63,6 +63,7 @@ mod acks;
 pub mod admin;
 mod conn;
 mod error;
+mod endpoints;
 pub mod queue;
 pub mod schema;
 

@@ -1,0 +1,115 @@
+//! The endpoint address policy end to end on PostgreSQL: rows at loopback (six spellings) and
+//! at 169.254.169.254 get no connection and a dead letter naming the policy; with
+//! `--allow-private-endpoints` the loopback rows are delivered; `--deliver` works throughout;
+//! `keyorder endpoints set|list|rm` write the server's table and refuse bad rows with exit 2.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use super::harness::PgServer;
+use super::policy_case::{self, Listeners, METADATA_KEY};
+use super::util::{block_on, client};
+
+fn keyorder(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keyorder"))
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("keyorder runs");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn ok(args: &[&str], stdin: &str) -> String {
+    let out = keyorder(args, stdin);
+    assert!(out.status.success(), "{args:?}: {}", text(&out));
+    text(&out)
+}
+
+fn work(url: &str, l: &Listeners, extra: &[&str]) {
+    let mut args = policy_case::work_args(&l.default.url);
+    args.extend(["--database", url].iter().chain(extra).map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok(&args, "");
+}
+
+#[test]
+fn rows_at_private_addresses_are_refused_unless_allowed() {
+    let Some(pg) = PgServer::start("address_policy") else { return };
+    let url = pg.create_db("address_policy");
+    ok(&["migrate", "--database", &url], "");
+    let l = Listeners::start();
+    let rows = l.rows(true);
+    ok(&["enqueue", "--database", &url], &policy_case::events(&rows, "deny"));
+    let dead = block_on(async {
+        let c = client(&url).await;
+        for r in &rows {
+            c.execute(
+                "INSERT INTO keyorder_endpoint (partition_key, url) VALUES ($1, $2)",
+                &[&r.key, &r.url],
+            )
+            .await
+            .unwrap();
+        }
+        work(&url, &l, &[]);
+        let dead = c.query("SELECT partition_key, attempts, reason FROM delivery_dlq", &[]);
+        dead.await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), i64::from(r.get::<_, i16>(1)), r.get(2)))
+            .collect()
+    });
+    policy_case::check_refused(&l, &rows, dead);
+
+    // Allowed: the same loopback rows (not the metadata one: nothing may connect there).
+    ok(&["endpoints", "rm", METADATA_KEY, "--database", &url], "");
+    let rows = l.rows(false);
+    ok(&["enqueue", "--database", &url], &policy_case::events(&rows, "allow"));
+    work(&url, &l, &["--allow-private-endpoints"]);
+    policy_case::check_allowed(&l, &rows);
+}
+
+#[test]
+fn endpoints_set_list_rm_validate_each_row() {
+    let Some(pg) = PgServer::start("endpoints_cmd") else { return };
+    let url = pg.create_db("endpoints_cmd");
+    ok(&["migrate", "--database", &url], "");
+    let db = ["--database", url.as_str()];
+    let with = |args: &[&'static str]| -> Vec<&str> { args.iter().copied().chain(db).collect() };
+    for (args, says) in [
+        (&["endpoints", "set", "k", "gopher://h/"][..], "http:// or https://"),
+        (&["endpoints", "set", "k", "http://h:99999/"], "invalid port"),
+        (&["endpoints", "set", "k", "http://h/", "--secret-ref", "vault:x"], "env:NAME"),
+        (&["endpoints", "set", "k", "http://[::1]:8/"], "::1/128"),
+        (&["endpoints", "set", "k", "http://localhost/"], "127.0.0.0/8"),
+        (&["endpoints", "rm", "k"], "no endpoint row"),
+    ] {
+        let out = keyorder(&with(args), "");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
+    }
+    assert!(ok(
+        &with(&["endpoints", "set", "k", "https://h.example/a", "--secret-ref", "file:/etc/s"]),
+        ""
+    )
+    .contains("added"));
+    assert!(ok(&with(&["endpoints", "set", "k", "https://h.example/b"]), "").contains("replaced"));
+    assert!(ok(
+        &with(&["endpoints", "set", "l", "http://127.0.0.1:8/", "--allow-private-endpoints"]),
+        ""
+    )
+    .contains("added"));
+    assert_eq!(
+        ok(&with(&["endpoints", "list"]), ""),
+        "k\thttps://h.example/b\t-\nl\thttp://127.0.0.1:8/\t-\n"
+    );
+    assert!(ok(&with(&["endpoints", "rm", "l"]), "").contains("removed"));
+    assert_eq!(ok(&with(&["endpoints", "list"]), ""), "k\thttps://h.example/b\t-\n");
+}
