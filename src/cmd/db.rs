@@ -14,7 +14,7 @@ use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
 use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
 use keyorder::store::{Store, StoreError};
 use keyorder::worker::{self, WorkerConfig};
-use keyorder::{PartitionCount, Router};
+use keyorder::{liveness, PartitionCount, Router};
 use tokio_postgres::Client;
 
 use super::delivery::DeliveryArgs;
@@ -323,6 +323,17 @@ pub struct WorkArgs {
     /// (named NAME-0, NAME-1, ... when more than one). Default: the machine's cores.
     #[arg(long, default_value_t = super::workers::default_threads())]
     threads: usize,
+    /// How long any store call may take, in ms; a lease whose call takes longer is given up
+    /// (its connection dropped) and reported lost. Opening a connection may take twice it.
+    #[arg(long, default_value_t = 5_000)]
+    request_timeout_ms: u64,
+    /// PostgreSQL only: the server ends a session (and frees its leases and membership) that
+    /// stays silent this long, in ms, so a frozen or cut-off worker's partitions move; a healthy
+    /// worker keeps every session heard every third of it. Must exceed the delivery timeout +
+    /// the request timeout, and the longest quiet period + the request timeout. Default three
+    /// times the delivery timeout.
+    #[arg(long)]
+    session_timeout_ms: Option<u64>,
     /// SQLite only: how long a partition's lease lasts unrenewed, in ms (renewed every third of
     /// it). Must exceed the delivery timeout; default three times it.
     #[arg(long)]
@@ -351,21 +362,41 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         idle_poll: Duration::from_millis(args.idle_poll_ms),
         delivery,
         takeover_delay: None,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        session_timeout: None,
+        session_margin: Duration::ZERO,
     };
     match args.db.target()? {
         DbTarget::Postgres(url) => {
-            let store = PgStore::new(&url, args.partitions, PgOptions::default())
+            let mut store = PgStore::new(&url, args.partitions, PgOptions::default())
                 .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
-            block_on(async {
+            let session_timeout = args.session_timeout_ms.map_or_else(
+                || liveness::default_session_timeout(delivery_timeout),
+                Duration::from_millis,
+            );
+            // Rows read ahead are served up to `ack_delay` after the server last answered.
+            let margin = PgOptions::default().ack_delay;
+            liveness::LivenessConfig::of_worker(&settings.config(), session_timeout, margin)
+                .validate()
+                .map_err(|e| BadInput(format!("--session-timeout-ms: {e}")))?;
+            let bound = block_on(async {
                 let client = args.db.client().await?;
                 schema::require_current(&client).await?;
-                anyhow::Ok(())
+                anyhow::Ok(store.bound_sessions(session_timeout).await?)
             })??;
+            match bound.shortfall() {
+                None => eprintln!(
+                    "keyorder work: the server ends a session silent for {session_timeout:?}; a frozen or cut-off worker's partitions move after it"
+                ),
+                Some(what) => eprintln!("keyorder work: WARNING: {what}"),
+            }
             // A holder serves rows it read ahead for up to `ack_delay` after the server last
             // answered, so after a lost session the next holder waits that much longer than
             // a delivery can take.
             let settings = LoopSettings {
                 takeover_delay: Some(delivery_timeout + PgOptions::default().ack_delay),
+                session_timeout: Some(session_timeout),
+                session_margin: margin,
                 ..settings
             };
             let load = move || {
@@ -380,6 +411,12 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             run_threads(move || Ok(store.clone()), load, settings, &args)
         }
         DbTarget::Sqlite(path) => {
+            if args.session_timeout_ms.is_some() {
+                return Err(BadInput("--session-timeout-ms is for PostgreSQL; a SQLite lease is bounded by --lease-expiry-ms".into()).into());
+            }
+            if args.request_timeout_ms == 0 {
+                return Err(BadInput("--request-timeout-ms must be greater than zero".into()).into());
+            }
             let mut options = SqliteOptions::for_delivery_timeout(delivery_timeout);
             if let Some(ms) = args.lease_expiry_ms {
                 options.lease_expiry = Duration::from_millis(ms);
@@ -420,6 +457,26 @@ struct LoopSettings {
     delivery: super::delivery::DeliveryArgs,
     /// The wait of a lease taken after an unclean hand-back; `None`: the delivery timeout.
     takeover_delay: Option<Duration>,
+    request_timeout: Duration,
+    /// The server's bound on a silent session (PostgreSQL), and how stale "last heard" may be.
+    session_timeout: Option<Duration>,
+    session_margin: Duration,
+}
+
+impl LoopSettings {
+    /// The configuration of a worker loop (without its name's loop index and its observer).
+    fn config(&self) -> WorkerConfig {
+        let mut config = WorkerConfig::new(self.name.clone());
+        config.retry = self.retry;
+        config.delivery_timeout = self.delivery_timeout;
+        config.idle_poll = self.idle_poll;
+        config.takeover_delay = self.takeover_delay;
+        config.request_timeout = self.request_timeout;
+        config.session_timeout = self.session_timeout;
+        config.session_margin = self.session_margin;
+        config.rng_seed = std::process::id().into();
+        config
+    }
 }
 
 /// How often `keyorder work` re-reads the per-key endpoint table.
@@ -457,14 +514,11 @@ fn run_threads<S: Store>(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
         args.name, args.partitions, args.delivery.deliver, args.threads
     );
-    let report = super::workers::run(args.threads, args.stop_after, move |_| {
-        let mut config = WorkerConfig::new(settings.name.clone());
-        config.retry = settings.retry;
-        config.delivery_timeout = settings.delivery_timeout;
-        config.idle_poll = settings.idle_poll;
-        config.takeover_delay = settings.takeover_delay;
-        config.rng_seed = std::process::id().into();
-        config.observer = Some(observer());
+    let threads = args.threads;
+    let report = super::workers::run(args.threads, args.stop_after, move |index| {
+        let mut config = settings.config();
+        let name = super::workers::loop_name(&settings.name, index, threads);
+        config.observer = Some(observer(name));
         let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
         Ok((make_store()?, deliverer, config))
     })?;
@@ -475,18 +529,20 @@ fn run_threads<S: Store>(
     Ok(())
 }
 
-/// Prints lease changes and store failures on stderr, named by the worker loop.
-fn observer() -> worker::Observer {
+/// Prints lease changes and store failures on stderr, named by the worker loop (`--name`, or
+/// `NAME-INDEX` with several threads) with each lease's partition and epoch.
+fn observer(name: String) -> worker::Observer {
     worker::Observer(std::rc::Rc::new(move |e: &worker::WorkerEvent| {
         use worker::WorkerEvent as E;
-        let name = std::thread::current().name().unwrap_or("worker").to_owned();
         match e {
             E::Acquired { partition, epoch } => {
                 eprintln!("{name}: leased partition {partition} (epoch {epoch})")
             }
-            E::Released { partition } => eprintln!("{name}: gave back partition {partition}"),
-            E::Lost { partition, error } => {
-                eprintln!("{name}: LOST partition {partition}: {error}")
+            E::Released { partition, epoch } => {
+                eprintln!("{name}: gave back partition {partition} (epoch {epoch})")
+            }
+            E::Lost { partition, epoch, error } => {
+                eprintln!("{name}: LOST partition {partition} (epoch {epoch}): {error}")
             }
             E::StoreUnavailable { error } => {
                 eprintln!("{name}: store unavailable, reconnecting: {error}")

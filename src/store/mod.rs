@@ -19,6 +19,7 @@ use crate::routing::PartitionCount;
 
 pub mod postgres;
 pub mod sqlite;
+pub mod timed;
 
 /// Errors at the store boundary. Any of them on a lease session means the lease is gone.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +115,13 @@ pub trait Store: Clone + 'static {
     /// Opens a dedicated session and tries to take `partition`'s lease on it: `None` when
     /// another session holds it.
     async fn acquire(&self, partition: PartitionId) -> Result<Option<Self::Lease>, StoreError>;
+
+    /// Returns once this process may act. At once in production, where a stopped process
+    /// (SIGSTOP, a VM freeze) is stopped whole and acts on nothing, not even a timer, until it
+    /// wakes. The simulation's pause fault holds a stopped worker here, so that the shared
+    /// request timeout ([`timed`]) starts when it resumes: a frozen process cannot time a call
+    /// out (and close its socket) while it is frozen.
+    async fn ready(&self) {}
 }
 
 /// The worker's membership session.
@@ -123,6 +131,9 @@ pub trait ControlSession {
 
     /// The partition count in force.
     async fn partition_count(&mut self) -> Result<PartitionCount, StoreError>;
+
+    /// Returns once this process may act; see [`Store::ready`].
+    async fn ready(&self) {}
 }
 
 /// One dedicated connection holding one partition's lease. Every method is fenced by it.
@@ -150,6 +161,24 @@ pub trait LeaseSession {
         let _ = needed;
         Ok(())
     }
+
+    /// Whether the lease ends with its session (an advisory lock: the store frees it when it
+    /// ends a silent session), so the holder must keep the session heard and must not deliver
+    /// once it may have been silent too long (see [`crate::liveness`]). The default; an expiry
+    /// lease, fenced by epoch and renewed on its own, answers `false`.
+    fn ends_with_session(&self) -> bool {
+        true
+    }
+
+    /// Proves the session alive to the store with one cheap round trip (PostgreSQL: `SELECT 1`),
+    /// so a healthy but quiet holder (idle, in a long backoff, during a long delivery) is not
+    /// taken for a dead one. The default does nothing, for a store that ends no silent session.
+    async fn keep_alive(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Returns once this process may act; see [`Store::ready`].
+    async fn ready(&self) {}
 
     /// The partition's head row, if any.
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError>;

@@ -585,10 +585,10 @@ fn trace_observer(name: Rc<str>, rec: SharedRecorder) -> worker::Observer {
             E::Acquired { partition, epoch } => {
                 rec.log(now(), &name, format_args!("leased p{partition} epoch {epoch}"))
             }
-            E::Released { partition } => {
+            E::Released { partition, .. } => {
                 rec.log(now(), &name, format_args!("gave back p{partition}"))
             }
-            E::Lost { partition, error } => {
+            E::Lost { partition, error, .. } => {
                 rec.log(now(), &name, format_args!("lost p{partition}: {error}"))
             }
             E::StoreUnavailable { error } => {

@@ -605,6 +605,11 @@ impl LeaseSession for SqliteLease {
         self.fence.partition
     }
 
+    fn ends_with_session(&self) -> bool {
+        // An expiry lease, fenced by epoch and renewed on its own.
+        false
+    }
+
     fn epoch(&self) -> Epoch {
         self.fence.epoch
     }
