@@ -170,6 +170,14 @@ pub trait LeaseSession {
         true
     }
 
+    /// The longest one call of this session may take, given the request timeout: one request,
+    /// the default. A session that resends a failed statement on a fresh connection (an expiry
+    /// lease, fenced by epoch rather than by its connection) needs more; the shared wrapper
+    /// ([`timed`]) bounds each call by this.
+    fn request_budget(&self, request_timeout: Duration) -> Duration {
+        request_timeout
+    }
+
     /// Proves the session alive to the store with one cheap round trip (PostgreSQL: `SELECT 1`),
     /// so a healthy but quiet holder (idle, in a long backoff, during a long delivery) is not
     /// taken for a dead one. The default does nothing, for a store that ends no silent session.

@@ -5,7 +5,9 @@
 //! is given), so the request timeout and the session liveness check the simulation proves
 //! things under are the ones production enforces.
 //!
-//! * Every call is bounded by [`Limits::request_timeout`]; opening a session (a connection
+//! * Every call is bounded by [`Limits::request_timeout`] (or the session's
+//!   [`LeaseSession::request_budget`] of it, for a session that resends on a fresh connection);
+//!   opening a session (a connection
 //!   and its first statements) by twice it. A call that times out fails with
 //!   [`StoreError::Timeout`]; the worker then drops that session (for PostgreSQL dropping the
 //!   client closes the socket), so a fenced call that times out ends its lease.
@@ -195,7 +197,8 @@ macro_rules! timed {
     ($self:ident, $operation:literal, $call:expr) => {{
         $self.inner.ready().await;
         let start = $self.begin();
-        let result = bounded($self.limits.request_timeout, $operation, $call).await;
+        let after = $self.inner.request_budget($self.limits.request_timeout);
+        let result = bounded(after, $operation, $call).await;
         $self.end(start, &result);
         result
     }};
@@ -218,12 +221,17 @@ impl<L: LeaseSession, C: Clock> LeaseSession for TimedLease<L, C> {
         self.inner.ends_with_session()
     }
 
+    fn request_budget(&self, request_timeout: Duration) -> Duration {
+        self.inner.request_budget(request_timeout)
+    }
+
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
         // After `ready`: a holder that was frozen judges its session by the time it woke.
         self.inner.ready().await;
         self.check_heard(needed)?;
         // No round trip is implied: the store is not heard by this.
-        bounded(self.limits.request_timeout, "ensure_lasts", self.inner.ensure_lasts(needed)).await
+        let after = self.inner.request_budget(self.limits.request_timeout);
+        bounded(after, "ensure_lasts", self.inner.ensure_lasts(needed)).await
     }
 
     async fn keep_alive(&mut self) -> Result<(), StoreError> {
@@ -263,6 +271,7 @@ impl<L: LeaseSession, C: Clock> LeaseSession for TimedLease<L, C> {
 
     async fn release(self, handover: Handover) -> Result<(), StoreError> {
         self.inner.ready().await;
-        bounded(self.limits.request_timeout, "release", self.inner.release(handover)).await
+        let after = self.inner.request_budget(self.limits.request_timeout);
+        bounded(after, "release", self.inner.release(handover)).await
     }
 }

@@ -176,6 +176,10 @@ impl Store for SimStore {
     type Control = SimControl;
     type Lease = SimLease;
 
+    async fn ready(&self) {
+        gate(&self.control, &self.worker).await;
+    }
+
     async fn connect(&self, worker: &str) -> Result<SimControl, StoreError> {
         gate(&self.control, &self.worker).await;
         let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
@@ -249,6 +253,10 @@ impl ControlSession for SimControl {
 
     async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
         Ok(self.control.borrow().worker_count)
+    }
+
+    async fn ready(&self) {
+        gate(&self.control, &self.worker).await;
     }
 }
 
@@ -361,6 +369,33 @@ impl LeaseSession for SimLease {
 
     fn handover(&self) -> Handover {
         self.handover
+    }
+
+    fn ends_with_session(&self) -> bool {
+        // An expiry lease is fenced by epoch; the `unfenced-lease` design believes its lease
+        // does not depend on its session (that is its flaw), so it neither keeps it alive nor
+        // checks it.
+        self.expiry.is_none() && self.pool.is_none()
+    }
+
+    fn request_budget(&self, request_timeout: Duration) -> Duration {
+        if self.pool.is_some() {
+            // The pool retries past any request timeout, up to its own bound.
+            request_timeout.saturating_mul(3 * POOL_ATTEMPTS as u32 + 1)
+        } else if self.expiry.is_some() {
+            // A call, and on failure a reconnect and the call once more.
+            request_timeout.saturating_mul(3)
+        } else {
+            request_timeout
+        }
+    }
+
+    async fn ready(&self) {
+        gate(&self.control, &self.worker).await;
+    }
+
+    async fn keep_alive(&mut self) -> Result<(), StoreError> {
+        self.expect_ok(StoreRequest::Ping, "ping").await
     }
 
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
