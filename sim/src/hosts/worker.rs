@@ -2,6 +2,11 @@
 //! and a deliverer that speak over turmoil TCP, and a clock that reads simulated time (offset
 //! by the worker's clock skew).
 //!
+//! Every store call is bounded by the worker loop's shared wrapper ([`keyorder::store::timed`]),
+//! the code production runs; this client applies its own timeouts only where they mean more
+//! than a request timeout: opening a connection (and its first statement), an expiry lease's
+//! resend on a fresh connection, the `unfenced-lease` pool's retries.
+//!
 //! A pause fault stops the worker's process: every store statement, renewal and delivery check
 //! waits at a gate until it resumes, so nothing reaches the store or an endpoint meanwhile,
 //! while the worker keeps its state and connections. The gate stands where the worker next
@@ -90,7 +95,6 @@ pub struct SimControl {
     conn: Conn,
     control: SharedControl,
     worker: Rc<str>,
-    request_timeout: Duration,
 }
 
 /// A session holding one partition's lease.
@@ -189,7 +193,6 @@ impl Store for SimStore {
                 conn,
                 control: self.control.clone(),
                 worker: self.worker.clone(),
-                request_timeout: self.request_timeout,
             }),
             other => Err(unexpected("register", other)),
         }
@@ -241,11 +244,8 @@ impl SimStore {
 impl ControlSession for SimControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
         gate(&self.control, &self.worker).await;
-        match self
-            .conn
-            .call(&StoreRequest::LiveWorkers, "live_workers", self.request_timeout)
-            .await?
-        {
+        // Bounded by the worker's shared wrapper, not here.
+        match self.conn.exchange(&StoreRequest::LiveWorkers).await? {
             StoreResponse::Count(n) => Ok(n as usize),
             other => Err(unexpected("live_workers", other)),
         }
@@ -272,7 +272,8 @@ impl SimLease {
         }
         let answer = match &self.expiry {
             Some(_) => self.call_anywhere(&req, operation).await?,
-            None => self.conn.call(&req, operation, self.request_timeout).await?,
+            // A session lock's statement: bounded by the worker's shared wrapper, not here.
+            None => self.conn.exchange(&req).await?,
         };
         match answer {
             StoreResponse::NotHeld => {
@@ -477,7 +478,7 @@ impl LeaseSession for SimLease {
             return self.expect_ok(req, "unlock").await;
         }
         gate(&self.control, &self.worker).await;
-        match self.conn.call(&req, "unlock", self.request_timeout).await? {
+        match self.conn.exchange(&req).await? {
             StoreResponse::Ok => Ok(()),
             StoreResponse::NotHeld => {
                 Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
