@@ -32,6 +32,22 @@ use super::endpoint::{Arrival, Endpoint};
 use super::harness::PgServer;
 use super::util::*;
 
+/// The test's runtime: one that outlives each call, so a client's connection task made in one
+/// `block_on` still runs in the next.
+/// A current-thread runtime driven on a thread of its own; calls block on its handle.
+fn rt() -> &'static tokio::runtime::Handle {
+    static RT: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            tx.send(rt.handle().clone()).unwrap();
+            rt.block_on(std::future::pending::<()>());
+        });
+        rx.recv().unwrap()
+    })
+}
+
 /// The scaled-down timings, in ms, and the flags that set them.
 struct Timings {
     delivery_ms: u64,
@@ -323,7 +339,7 @@ fn worker_taken_away(test: &str, fault: Fault, timings: Timings) -> Option<Durat
     let pg = PgServer::start(test)?;
     let url = pg.create_db(test);
     let keys = covering_keys();
-    let c = block_on(async {
+    let c = rt().block_on(async {
         let mut c = prepared(&url).await;
         enqueue(&mut c, &events(&keys, 10)).await;
         c
@@ -344,8 +360,8 @@ fn worker_taken_away(test: &str, fault: Fault, timings: Timings) -> Option<Durat
     let b = Worker::start(&named(&url, "b"), &eb.url, "b", &timings.flags);
     let mut a_parts = BTreeSet::new();
     wait_until("a and b hold 8 partitions each", Duration::from_secs(30), || {
-        a_parts = block_on(held_by(&c, "a"));
-        a_parts.len() == 8 && block_on(held_by(&c, "b")).len() == 8
+        a_parts = rt().block_on(held_by(&c, "a"));
+        a_parts.len() == 8 && rt().block_on(held_by(&c, "b")).len() == 8
     });
     let stop = Arc::new(AtomicBool::new(false));
     let producing = producer(url.clone(), keys.clone(), stop.clone());
@@ -375,7 +391,7 @@ fn worker_taken_away(test: &str, fault: Fault, timings: Timings) -> Option<Durat
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     producing.join().unwrap();
-    block_on(wait_empty(&c, Duration::from_secs(120)));
+    rt().block_on(wait_empty(&c, Duration::from_secs(120)));
     if fault == Fault::Freeze {
         a.signal("-CONT");
     }
@@ -439,7 +455,7 @@ fn judge(
     let mut arrivals = ea.arrivals();
     arrivals.extend(eb.arrivals());
     arrivals.sort_by_key(|x| x.at);
-    let verdict = check(&block_on(history(c, &arrivals)));
+    let verdict = check(&rt().block_on(history(c, &arrivals)));
     assert!(verdict.is_ok(), "{verdict}\nA:\n{a_err}\nB:\n{b_err}");
     assert_eq!(verdict.count(Kind::Lost), 0);
     eprintln!(
@@ -469,7 +485,7 @@ fn a_healthy_worker_keeps_its_leases_for_many_bounds() {
     let Some(pg) = PgServer::start("liveness_healthy") else { return };
     let url = pg.create_db("liveness_healthy");
     let keys: Vec<String> = (0..32).map(|i| format!("sub_{i}")).collect();
-    let c = block_on(async {
+    let c = rt().block_on(async {
         let mut c = migrated(&url).await;
         enqueue(&mut c, &events(&keys, 3)).await;
         c
@@ -505,10 +521,10 @@ fn a_healthy_worker_keeps_its_leases_for_many_bounds() {
     .map(String::from);
     let w = Worker::start(&named(&url, "c"), &e.url, "c", &flags);
     wait_until("c holds every partition", Duration::from_secs(30), || {
-        block_on(held_by(&c, "c")).len() == 16
+        rt().block_on(held_by(&c, "c")).len() == 16
     });
     let epochs = || -> Vec<i64> {
-        block_on(async {
+        rt().block_on(async {
             c.query("SELECT epoch FROM keyorder_handover ORDER BY partition", &[]).await.unwrap()
         })
         .iter()
@@ -520,7 +536,7 @@ fn a_healthy_worker_keeps_its_leases_for_many_bounds() {
     // delivery takes 850 ms; only the keep-alive keeps the quiet sessions heard.
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(15) {
-        let held = block_on(held_by(&c, "c"));
+        let held = rt().block_on(held_by(&c, "c"));
         assert_eq!(held.len(), 16, "a lease was lost after {:?}", start.elapsed());
         std::thread::sleep(Duration::from_millis(250));
     }
