@@ -415,7 +415,9 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
                 return Err(BadInput("--session-timeout-ms is for PostgreSQL; a SQLite lease is bounded by --lease-expiry-ms".into()).into());
             }
             if args.request_timeout_ms == 0 {
-                return Err(BadInput("--request-timeout-ms must be greater than zero".into()).into());
+                return Err(
+                    BadInput("--request-timeout-ms must be greater than zero".into()).into()
+                );
             }
             let mut options = SqliteOptions::for_delivery_timeout(delivery_timeout);
             if let Some(ms) = args.lease_expiry_ms {

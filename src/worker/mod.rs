@@ -220,8 +220,15 @@ where
 {
     // Every store call goes through the shared timeouts and liveness record.
     let store = TimedStore::new(store, clock.clone(), config.limits());
-    let mut worker =
-        Worker { store, deliver, clock, config, tasks: JoinSet::new(), owned: Owned::new(), epochs: BTreeMap::new() };
+    let mut worker = Worker {
+        store,
+        deliver,
+        clock,
+        config,
+        tasks: JoinSet::new(),
+        owned: Owned::new(),
+        epochs: BTreeMap::new(),
+    };
     let mut report = WorkerReport::default();
     let mut control: Option<TimedControl<S::Control>> = None;
     tokio::pin!(shutdown);

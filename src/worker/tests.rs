@@ -621,9 +621,12 @@ async fn every_queued_event_is_delivered_once_in_seq_order_and_acknowledged() {
         assert!(h.held().is_empty(), "shutdown gives every lease back");
         let events = h.events();
         assert_eq!(events.len(), 4, "{events:?}");
-        for event in
-            [(0, acquired(0, 1)), (0, acquired(1, 1)), (1500, released(0, 1)), (1500, released(1, 1))]
-        {
+        for event in [
+            (0, acquired(0, 1)),
+            (0, acquired(1, 1)),
+            (1500, released(0, 1)),
+            (1500, released(1, 1)),
+        ] {
             assert!(events.contains(&event), "{event:?} missing from {events:?}");
         }
     })

@@ -210,7 +210,14 @@ fn events_of(keys: &[String], round: usize) -> Vec<keyorder::key::Event> {
 /// is still queued.
 async fn history(c: &tokio_postgres::Client, arrivals: &[Arrival]) -> History {
     let mut h = History::default();
-    for r in c.query("SELECT seq, partition, partition_key, event_id FROM test_enqueued ORDER BY seq", &[]).await.unwrap() {
+    for r in c
+        .query(
+            "SELECT seq, partition, partition_key, event_id FROM test_enqueued ORDER BY seq",
+            &[],
+        )
+        .await
+        .unwrap()
+    {
         h.enqueued.push(Enqueued {
             seq: Seq(r.get(0)),
             partition: PartitionId(r.get::<_, i16>(1) as u16),
@@ -220,7 +227,8 @@ async fn history(c: &tokio_postgres::Client, arrivals: &[Arrival]) -> History {
             at: Time::ZERO,
         });
     }
-    let key_of: BTreeMap<i64, String> = h.enqueued.iter().map(|e| (e.seq.0, e.key.clone())).collect();
+    let key_of: BTreeMap<i64, String> =
+        h.enqueued.iter().map(|e| (e.seq.0, e.key.clone())).collect();
     for a in arrivals {
         h.deliveries.push(Delivery {
             event_id: a.event_id.clone(),
@@ -446,11 +454,18 @@ fn judge(
     for x in &late {
         *per_partition.entry(x.partition).or_default() += 1;
     }
-    assert!(per_partition.values().all(|n| *n <= 1), "a sent more than its in-flight events: {late:?}");
+    assert!(
+        per_partition.values().all(|n| *n <= 1),
+        "a sent more than its in-flight events: {late:?}"
+    );
     let b_after: BTreeSet<i64> =
         eb.arrivals().iter().filter(|x| x.at >= faulted_at).map(|x| x.seq).collect();
     for x in ea.arrivals().iter().filter(|x| x.done >= faulted_at) {
-        assert!(b_after.contains(&x.seq), "a's in-flight seq {} was not redelivered by b: acknowledged?", x.seq);
+        assert!(
+            b_after.contains(&x.seq),
+            "a's in-flight seq {} was not redelivered by b: acknowledged?",
+            x.seq
+        );
     }
     let mut arrivals = ea.arrivals();
     arrivals.extend(eb.arrivals());
@@ -557,5 +572,8 @@ fn a_session_bound_that_does_not_cover_a_delivery_is_refused_at_start() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--session-timeout-ms") && err.contains("must exceed the delivery timeout"), "{err}");
+    assert!(
+        err.contains("--session-timeout-ms") && err.contains("must exceed the delivery timeout"),
+        "{err}"
+    );
 }

@@ -189,11 +189,9 @@ impl Store for SimStore {
         let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
         let req = StoreRequest::Register { worker: worker.to_owned() };
         match conn.call(&req, "register", self.request_timeout).await? {
-            StoreResponse::Ok => Ok(SimControl {
-                conn,
-                control: self.control.clone(),
-                worker: self.worker.clone(),
-            }),
+            StoreResponse::Ok => {
+                Ok(SimControl { conn, control: self.control.clone(), worker: self.worker.clone() })
+            }
             other => Err(unexpected("register", other)),
         }
     }

@@ -134,7 +134,8 @@ impl PgStore {
     /// `tcp_user_timeout` (12 and later). The client sets its own keepalive and user timeout.
     pub async fn bound_sessions(&mut self, timeout: Duration) -> Result<SessionBound, StoreError> {
         let client = connect(&self.config).await?;
-        let row = client.query_one("SELECT current_setting('server_version_num')::int4", &[]).await?;
+        let row =
+            client.query_one("SELECT current_setting('server_version_num')::int4", &[]).await?;
         let bound = SessionBound::new(row.get(0), timeout);
         let options = match self.config.get_options() {
             Some(given) if !given.trim().is_empty() => format!("{given} {}", bound.options()),
