@@ -579,3 +579,30 @@ impl LeaseSession for PgLease {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_bound_sets_what_the_server_version_has() {
+        let bound = |v| SessionBound::new(v, Duration::from_millis(30_000));
+        let v15 = bound(150_004);
+        assert_eq!(
+            v15.options(),
+            "-c idle_in_transaction_session_timeout=30000 -c tcp_keepalives_idle=10 -c tcp_keepalives_interval=3 -c tcp_keepalives_count=3 -c tcp_user_timeout=30000 -c idle_session_timeout=30000"
+        );
+        assert_eq!(v15.shortfall(), None);
+        let v13 = bound(130_010);
+        assert!(!v13.options().contains("idle_session_timeout"), "unknown before 14");
+        assert!(v13.options().contains("tcp_user_timeout"));
+        let why = v13.shortfall().expect("a frozen worker is not bounded");
+        assert!(why.contains("no idle_session_timeout") && why.contains("frozen"), "{why}");
+        let v11 = bound(110_000);
+        assert!(!v11.options().contains("tcp_user_timeout"), "unknown before 12");
+        assert!(!v11.shortfall().unwrap().contains("tcp_user_timeout"));
+        // A bound under three seconds still gets whole-second keepalives of at least 1 s.
+        let short = SessionBound::new(150_000, Duration::from_millis(2_000));
+        assert_eq!(short.keepalives(), (Duration::from_secs(1), Duration::from_secs(1), 3));
+    }
+}
