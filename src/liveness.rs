@@ -78,10 +78,12 @@ pub enum LivenessError {
     },
 }
 
-/// The default session timeout for a delivery timeout: three times it, like SQLite's lease
-/// expiry (see [`crate::store::sqlite::SqliteOptions::for_delivery_timeout`]).
-pub fn default_session_timeout(delivery_timeout: Duration) -> Duration {
-    delivery_timeout.saturating_mul(3)
+/// The default session timeout: three times the larger of the delivery and request timeouts,
+/// like SQLite's lease expiry for the delivery timeout (see
+/// [`crate::store::sqlite::SqliteOptions::for_delivery_timeout`]), and never so short that a
+/// slow store answer breaks the rules (30 s for the defaults, 10 s and 5 s).
+pub fn default_session_timeout(delivery_timeout: Duration, request_timeout: Duration) -> Duration {
+    delivery_timeout.max(request_timeout).saturating_mul(3)
 }
 
 impl LivenessConfig {
@@ -175,6 +177,22 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.longest_quiet(), ms(10_000));
         assert_eq!(c.delivery_window(), ms(19_950));
+    }
+
+    #[test]
+    fn the_default_bound_holds_for_short_and_long_delivery_timeouts() {
+        for (delivery, request) in [(10_000, 5_000), (1_000, 5_000), (300, 600), (60_000, 5_000)] {
+            let (delivery, request) = (ms(delivery), ms(request));
+            let session_timeout = default_session_timeout(delivery, request);
+            let c = LivenessConfig {
+                delivery_timeout: delivery,
+                request_timeout: request,
+                session_timeout,
+                ..production()
+            };
+            c.validate().unwrap_or_else(|e| panic!("{delivery:?}, {request:?}: {e}"));
+        }
+        assert_eq!(default_session_timeout(ms(10_000), ms(5_000)), ms(30_000));
     }
 
     #[test]

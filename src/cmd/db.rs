@@ -331,7 +331,7 @@ pub struct WorkArgs {
     /// stays silent this long, in ms, so a frozen or cut-off worker's partitions move; a healthy
     /// worker keeps every session heard every third of it. Must exceed the delivery timeout +
     /// the request timeout, and the longest quiet period + the request timeout. Default three
-    /// times the delivery timeout.
+    /// times the larger of the delivery and request timeouts.
     #[arg(long)]
     session_timeout_ms: Option<u64>,
     /// SQLite only: how long a partition's lease lasts unrenewed, in ms (renewed every third of
@@ -371,7 +371,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             let mut store = PgStore::new(&url, args.partitions, PgOptions::default())
                 .map_err(|e| BadInput(format!("bad --database URL: {e}")))?;
             let session_timeout = args.session_timeout_ms.map_or_else(
-                || liveness::default_session_timeout(delivery_timeout),
+                || liveness::default_session_timeout(delivery_timeout, settings.request_timeout),
                 Duration::from_millis,
             );
             // Rows read ahead are served up to `ack_delay` after the server last answered.

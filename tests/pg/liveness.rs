@@ -374,11 +374,15 @@ fn worker_taken_away(test: &str, fault: Fault, timings: Timings) -> Option<Durat
     let stop = Arc::new(AtomicBool::new(false));
     let producing = producer(url.clone(), keys.clone(), stop.clone());
     std::thread::sleep(Duration::from_millis(300));
+    // Resume times count from before the fault (an upper bound); what a may still do is judged
+    // from after it (once `kill` returned, a is stopped): in between it may have finished a
+    // delivery and acknowledged it, as any healthy worker.
     let faulted_at = epoch.elapsed();
     match fault {
         Fault::Freeze => a.signal("-STOP"),
         Fault::Blackhole => proxy.cut(),
     }
+    let taken_away_at = epoch.elapsed();
     // The bound, the takeover wait after an unclean loss (a delivery timeout and the read-ahead
     // margin), and the slack: b's rebalance period (1 s), the server's timer granularity and a
     // busy machine.
@@ -411,7 +415,7 @@ fn worker_taken_away(test: &str, fault: Fault, timings: Timings) -> Option<Durat
         assert!(a_err.contains("did not answer"), "a's calls timed out:\n{a_err}");
     }
     assert!(b_err.contains("b: leased partition"), "{b_err}");
-    judge(&c, &ea, &eb, faulted_at, &a_err, &b_err);
+    judge(&c, &ea, &eb, taken_away_at, &a_err, &b_err);
     Some(resume)
 }
 
