@@ -25,6 +25,7 @@ pub mod http;
 mod ids;
 pub mod key;
 pub mod lease;
+pub mod liveness;
 pub mod plan;
 pub mod repartition;
 pub mod retry;

@@ -195,15 +195,19 @@ impl Conn {
         operation: &'static str,
         timeout: Duration,
     ) -> Result<StoreResponse, StoreError> {
-        let exchange = async {
-            self.send(req).await?;
-            self.recv::<StoreResponse>().await?.ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "store closed the session")
-            })
-        };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => Ok(result?),
+        match tokio::time::timeout(timeout, self.exchange(req)).await {
+            Ok(result) => result,
             Err(_) => Err(StoreError::Timeout { operation, after: timeout }),
         }
+    }
+
+    /// Sends `req` and waits for the answer, for as long as it takes: for a call the worker's
+    /// shared store wrapper already bounds by the request timeout
+    /// ([`keyorder::store::timed`]). A closed stream is an error.
+    pub async fn exchange(&mut self, req: &StoreRequest) -> Result<StoreResponse, StoreError> {
+        self.send(req).await?;
+        Ok(self.recv::<StoreResponse>().await?.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "store closed the session")
+        })?)
     }
 }

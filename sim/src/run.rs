@@ -141,6 +141,10 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
         config.rebalance_every = Duration::from_millis(scenario.rebalance_ms);
         config.delivery_timeout = Duration::from_millis(scenario.delivery_timeout_ms);
         config.reconnect_after = Duration::from_millis(200);
+        // The shared wrapper applies the request timeout to every store call, and the
+        // store's detection is the session bound the worker keeps its sessions inside.
+        config.request_timeout = request_timeout;
+        config.session_timeout = Some(detection);
         config.takeover_delay = scenario.takeover_delay_ms.map(Duration::from_millis);
         config.rng_seed = rng.random();
         config.start_offset = (i * usize::from(scenario.partitions) / scenario.workers) as u16;

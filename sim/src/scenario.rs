@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use keyorder::liveness::LivenessConfig;
 use keyorder::retry::RetryPolicy;
 use keyorder::PartitionCount;
 use rand::rngs::StdRng;
@@ -141,7 +142,8 @@ pub enum FaultKind {
     },
     /// Stop worker `worker`'s process for `for_ms` (SIGSTOP, a VM freeze): not a crash. It keeps
     /// its state and its connections and resumes where it stood; while stopped it sends nothing.
-    /// Expiry leases only (see [`LeaseModel`]).
+    /// With session locks the store ends its silent sessions after `detection_ms`; with expiry
+    /// leases its leases expire (see [`LeaseModel`]).
     Pause {
         /// Worker index.
         worker: usize,
@@ -163,7 +165,7 @@ pub enum FaultKind {
 impl FaultKind {
     /// Whether the fault is aimed at expiry leases (and refused with session locks).
     pub fn needs_expiry(&self) -> bool {
-        matches!(self, FaultKind::Pause { .. } | FaultKind::LateRenewals { .. })
+        matches!(self, FaultKind::LateRenewals { .. })
     }
 
     /// The fault's name in summaries.
@@ -327,18 +329,10 @@ impl Scenario {
         if self.min_latency_ms > self.max_latency_ms {
             return invalid("min_latency_ms", "must not exceed max_latency_ms");
         }
-        // The fencing argument: a partitioned worker's delivery must end before the store can
-        // hand its lease to another worker, or their deliveries could overlap.
-        if self.delivery_timeout_ms + self.request_timeout_ms >= self.detection_ms {
-            return invalid(
-                "detection_ms",
-                "must exceed delivery_timeout_ms + request_timeout_ms (else a partitioned worker may still be delivering when its lease moves)",
-            );
-        }
-        let idle_max =
-            self.idle_poll_ms.max(self.rebalance_ms).max(self.retry.cap().as_millis() as u64);
-        if idle_max + self.request_timeout_ms >= self.detection_ms {
-            return invalid("detection_ms", "must exceed the longest quiet period of a healthy session (idle poll, rebalance, backoff cap) plus the request timeout");
+        // The fencing argument and the healthy-session rule, defined once for the simulation
+        // and for `keyorder work` alike.
+        if let Err(e) = self.liveness().validate() {
+            return Err(ScenarioError::Invalid { field: "detection_ms", rule: e.to_string() });
         }
         self.validate_expiry()?;
         for f in &self.faults {
@@ -351,13 +345,11 @@ impl Scenario {
                 {
                     return invalid("faults", "a fault names a worker that does not exist")
                 }
-                // A session lock outlives a stopped process (its kernel still answers
-                // keepalives): pausing one is the hazard expiry leases exist for, not a fault
-                // the session-lock design claims to survive.
-                FaultKind::Pause { .. } | FaultKind::LateRenewals { .. }
-                    if self.lease.expiry().is_none() =>
-                {
-                    return invalid("faults", "pauses and late renewals need an expiry lease")
+                // A stopped process's session locks end by the store's detection (PostgreSQL's
+                // idle_session_timeout, which `keyorder work` sets), so pauses apply to both
+                // lease models; late renewals are about expiry leases only.
+                FaultKind::LateRenewals { .. } if self.lease.expiry().is_none() => {
+                    return invalid("faults", "late renewals need an expiry lease")
                 }
                 FaultKind::Repartition { to } if PartitionCount::new(i64::from(to)).is_err() => {
                     return invalid("faults", "a repartition target must be between 1 and 32767")
@@ -369,6 +361,21 @@ impl Scenario {
             return invalid("duration_ms", "must exceed load_ms");
         }
         Ok(())
+    }
+
+    /// The session liveness bound this scenario runs under: the store's detection as the
+    /// session timeout, checked by the same rules as `keyorder work --session-timeout-ms`.
+    pub fn liveness(&self) -> LivenessConfig {
+        let ms = Duration::from_millis;
+        LivenessConfig {
+            delivery_timeout: ms(self.delivery_timeout_ms),
+            request_timeout: ms(self.request_timeout_ms),
+            session_timeout: ms(self.detection_ms),
+            rebalance_every: ms(self.rebalance_ms),
+            lease_quiet: ms(self.idle_poll_ms).max(self.retry.cap()),
+            // The simulated store answers every statement itself: "last heard" is exact.
+            margin: Duration::ZERO,
+        }
     }
 
     /// The expiry lease's rules: the stated skew bound covers every worker's offset, and a
@@ -447,6 +454,9 @@ impl Scenario {
         let mut lease_rng = StdRng::seed_from_u64(seed ^ 0x1EA5_E0E0);
         if lease_rng.random_bool(0.5) {
             expiry_lease(&mut lease_rng, &mut scenario);
+        } else {
+            // Pauses of session-lock workers come from a generator of their own as well.
+            session_pauses(&mut StdRng::seed_from_u64(seed ^ 0x5E55_1011), &mut scenario);
         }
         scenario
     }
@@ -469,7 +479,9 @@ impl Scenario {
         // Every other design is about session locks (or about no lease at all): it runs on the
         // session-lock scenario of its seed, as it did before expiry leases existed.
         s.lease = LeaseModel::SessionLock;
-        s.faults.retain(|f| !f.kind.needs_expiry());
+        // Without the pauses the session-lock scenarios have had since issue #19, so each
+        // design runs as it did before.
+        s.faults.retain(|f| !f.kind.needs_expiry() && !matches!(f.kind, FaultKind::Pause { .. }));
         match b {
             Break::RandomHash | Break::UnserialisedProducers => s.producers = s.producers.max(2),
             Break::UnfencedLease => {
@@ -559,6 +571,21 @@ fn expiry_lease(rng: &mut StdRng, s: &mut Scenario) {
         let extra_ms = rng.random_range(e / 3..=e);
         let kind =
             FaultKind::LateRenewals { worker, extra_ms, for_ms: rng.random_range(1_000..=4_000) };
+        s.faults.push(Fault { at_ms: at(rng), kind });
+    }
+    s.faults.sort_by_key(|f| f.at_ms);
+}
+
+/// Up to two pauses of session-lock workers (a frozen process: its connections open and
+/// silent), some shorter and some longer than the store's detection: the store ends a stopped
+/// worker's sessions and their locks after `detection_ms`, the others take its partitions, and
+/// on waking it must not deliver or acknowledge with the leases it lost.
+fn session_pauses(rng: &mut StdRng, s: &mut Scenario) {
+    let d = s.detection_ms;
+    let at = |rng: &mut StdRng| rng.random_range(100..s.load_ms + 1_000);
+    for _ in 0..rng.random_range(0..=2) {
+        let worker = rng.random_range(0..s.workers);
+        let kind = FaultKind::Pause { worker, for_ms: rng.random_range(d / 2..=d * 2) };
         s.faults.push(Fault { at_ms: at(rng), kind });
     }
     s.faults.sort_by_key(|f| f.at_ms);
@@ -654,6 +681,24 @@ mod tests {
             }
         }
         assert!(Scenario::generate(Size::Medium, 1).total_events() >= 2_000);
+    }
+
+    #[test]
+    fn session_lock_scenarios_get_pauses_and_the_detection_rule_is_the_shared_one() {
+        let paused = (0..20)
+            .map(|seed| Scenario::generate(Size::Small, seed))
+            .filter(|s| s.lease == LeaseModel::SessionLock)
+            .filter(|s| s.faults.iter().any(|f| matches!(f.kind, FaultKind::Pause { .. })))
+            .count();
+        assert!(paused > 0, "no session-lock scenario of 20 pauses a worker");
+        let mut s = Scenario::generate(Size::Small, 1);
+        s.lease = LeaseModel::SessionLock;
+        s.faults = vec![Fault { at_ms: 10, kind: FaultKind::Pause { worker: 0, for_ms: 9_000 } }];
+        s.validate().expect("a session-lock worker may be paused");
+        // Rebalancing every 2.3 s leaves 2.3 + 0.8 > 3 s of silence on a healthy membership.
+        s.rebalance_ms = 2_300;
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("longest quiet period"), "{err}");
     }
 
     #[test]

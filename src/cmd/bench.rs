@@ -150,7 +150,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 /// The stores of the worker-count and churn drains.
 fn drain_stores(location: &Location, count: PartitionCount) -> anyhow::Result<StoreFactory> {
-    let options = StoreOptions { delivery_timeout: BENCH_DELIVERY_TIMEOUT, lease_expiry: None };
+    let options = StoreOptions {
+        delivery_timeout: BENCH_DELIVERY_TIMEOUT,
+        lease_expiry: None,
+        session_timeout: None,
+        request_timeout: keyorder::worker::DEFAULT_REQUEST_TIMEOUT,
+    };
     location.stores(count, options).map_err(open_error)
 }
 
@@ -189,8 +194,12 @@ async fn deliveries(
         for &d in &args.deliver {
             c.empty_queue(false).await?;
             enqueue_routed(c, next, args.events, args.keys, count).await?;
-            let options =
-                StoreOptions { delivery_timeout: Duration::from_millis(1000), lease_expiry: None };
+            let options = StoreOptions {
+                delivery_timeout: Duration::from_millis(1000),
+                lease_expiry: None,
+                session_timeout: None,
+                request_timeout: keyorder::worker::DEFAULT_REQUEST_TIMEOUT,
+            };
             let stores = location.stores(count, options).map_err(open_error)?;
             let rate = bench_http::bench_delivery(
                 move || Ok(stores.make()?),

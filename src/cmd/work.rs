@@ -8,9 +8,10 @@ use anyhow::Context;
 use clap::Args;
 use keyorder::endpoints::EndpointRow;
 use keyorder::http::{EndpointDirectory, RoutedDeliverer};
+use keyorder::liveness::LivenessConfig;
 use keyorder::retry::RetryPolicy;
 use keyorder::store::admin::Admin;
-use keyorder::store::open::{OpenMode, StoreFactory, StoreOptions};
+use keyorder::store::open::{OpenMode, SessionBounding, StoreFactory, StoreOptions};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::PartitionCount;
 
@@ -53,6 +54,17 @@ pub struct WorkArgs {
     /// (named NAME-0, NAME-1, ... when more than one). Default: the machine's cores.
     #[arg(long, default_value_t = super::workers::default_threads())]
     threads: usize,
+    /// How long any store call may take, in ms; a lease whose call takes longer is given up
+    /// (its connection dropped) and reported lost. Opening a connection may take twice it.
+    #[arg(long, default_value_t = 5_000)]
+    request_timeout_ms: u64,
+    /// PostgreSQL only: the server ends a session (and frees its leases and membership) that
+    /// stays silent this long, in ms, so a frozen or cut-off worker's partitions move; a healthy
+    /// worker keeps every session heard every third of it. Must exceed the delivery timeout +
+    /// the request timeout, and the longest quiet period + the request timeout. Default three
+    /// times the larger of the delivery and request timeouts.
+    #[arg(long)]
+    session_timeout_ms: Option<u64>,
     /// SQLite only: how long a partition's lease lasts unrenewed, in ms (renewed every third of
     /// it). Must exceed the delivery timeout; default three times it.
     #[arg(long)]
@@ -81,20 +93,51 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         idle_poll: Duration::from_millis(args.idle_poll_ms),
         delivery,
         takeover_delay: None,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        session_bound: None,
     };
+    if args.request_timeout_ms == 0 {
+        return Err(BadInput("--request-timeout-ms must be greater than zero".into()).into());
+    }
     let location = args.db.location()?;
-    let stores = location
+    if args.session_timeout_ms.is_some() && location.file().is_some() {
+        return Err(BadInput(
+            "--session-timeout-ms is for PostgreSQL; a SQLite lease is bounded by --lease-expiry-ms"
+                .into(),
+        )
+        .into());
+    }
+    let mut stores = location
         .stores(
             args.partitions,
             StoreOptions {
                 delivery_timeout,
                 lease_expiry: args.lease_expiry_ms.map(Duration::from_millis),
+                session_timeout: args.session_timeout_ms.map(Duration::from_millis),
+                request_timeout: settings.request_timeout,
             },
         )
         .map_err(open_error)?;
+    let settings = LoopSettings {
+        takeover_delay: stores.takeover_delay(),
+        session_bound: stores.session_bound(),
+        ..settings
+    };
+    // The rule the simulation proves under, checked before anything starts.
+    if let Some((session_timeout, margin)) = settings.session_bound {
+        LivenessConfig::of_worker(&settings.config(), session_timeout, margin)
+            .validate()
+            .map_err(|e| BadInput(format!("--session-timeout-ms: {e}")))?;
+    }
     // Creates a SQLite file (with its schema) on first use; checks the schema otherwise.
     drop(block_on(location.open_admin(OpenMode::Create))?.map_err(open_error)?);
-    let settings = LoopSettings { takeover_delay: stores.takeover_delay(), ..settings };
+    match block_on(stores.bound_sessions())?.context("bounding the store's sessions")? {
+        SessionBounding::ServerEnds(after) => eprintln!(
+            "keyorder work: the server ends a session silent for {after:?}; a frozen or cut-off worker's partitions move after it"
+        ),
+        SessionBounding::Partial(what) => eprintln!("keyorder work: WARNING: {what}"),
+        _ => {}
+    }
     let load = move || {
         block_on(async {
             let admin = location.open_admin(OpenMode::Existing).await.map_err(open_error)?;
@@ -113,6 +156,28 @@ struct LoopSettings {
     delivery: DeliveryArgs,
     /// The wait of a lease taken after an unclean hand-back; `None`: the delivery timeout.
     takeover_delay: Option<Duration>,
+    request_timeout: Duration,
+    /// The server's bound on a silent session and how stale "last heard" may be (PostgreSQL);
+    /// `None` for expiry leases (SQLite).
+    session_bound: Option<(Duration, Duration)>,
+}
+
+impl LoopSettings {
+    /// The configuration of a worker loop (without its name's loop index and its observer).
+    fn config(&self) -> WorkerConfig {
+        let mut config = WorkerConfig::new(self.name.clone());
+        config.retry = self.retry;
+        config.delivery_timeout = self.delivery_timeout;
+        config.idle_poll = self.idle_poll;
+        config.takeover_delay = self.takeover_delay;
+        config.request_timeout = self.request_timeout;
+        if let Some((timeout, margin)) = self.session_bound {
+            config.session_timeout = Some(timeout);
+            config.session_margin = margin;
+        }
+        config.rng_seed = std::process::id().into();
+        config
+    }
 }
 
 /// How often `keyorder work` re-reads the per-key endpoint table.
@@ -150,14 +215,11 @@ fn run_threads(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
         args.name, args.partitions, args.delivery.deliver, args.threads
     );
-    let report = super::workers::run(args.threads, args.stop_after, move |_| {
-        let mut config = WorkerConfig::new(settings.name.clone());
-        config.retry = settings.retry;
-        config.delivery_timeout = settings.delivery_timeout;
-        config.idle_poll = settings.idle_poll;
-        config.takeover_delay = settings.takeover_delay;
-        config.rng_seed = std::process::id().into();
-        config.observer = Some(observer());
+    let threads = args.threads;
+    let report = super::workers::run(args.threads, args.stop_after, move |index| {
+        let mut config = settings.config();
+        let name = super::workers::loop_name(&settings.name, index, threads);
+        config.observer = Some(observer(name));
         let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
         Ok((stores.make()?, deliverer, config))
     })?;
@@ -168,18 +230,20 @@ fn run_threads(
     Ok(())
 }
 
-/// Prints lease changes and store failures on stderr, named by the worker loop.
-fn observer() -> worker::Observer {
+/// Prints lease changes and store failures on stderr, named by the worker loop (`--name`, or
+/// `NAME-INDEX` with several threads) with each lease's partition and epoch.
+fn observer(name: String) -> worker::Observer {
     worker::Observer(std::rc::Rc::new(move |e: &worker::WorkerEvent| {
         use worker::WorkerEvent as E;
-        let name = std::thread::current().name().unwrap_or("worker").to_owned();
         match e {
             E::Acquired { partition, epoch } => {
                 eprintln!("{name}: leased partition {partition} (epoch {epoch})")
             }
-            E::Released { partition } => eprintln!("{name}: gave back partition {partition}"),
-            E::Lost { partition, error } => {
-                eprintln!("{name}: LOST partition {partition}: {error}")
+            E::Released { partition, epoch } => {
+                eprintln!("{name}: gave back partition {partition} (epoch {epoch})")
+            }
+            E::Lost { partition, epoch, error } => {
+                eprintln!("{name}: LOST partition {partition} (epoch {epoch}): {error}")
             }
             E::DrainRefused { partition, error } => {
                 eprintln!(

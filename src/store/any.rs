@@ -70,6 +70,10 @@ impl Store for AnyStore {
         }
         .map(AnyLease))
     }
+
+    async fn ready(&self) {
+        delegate!(&self.0, s => s.ready().await)
+    }
 }
 
 impl MembershipSession for AnyMembership {
@@ -79,6 +83,10 @@ impl MembershipSession for AnyMembership {
 
     async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
         delegate!(&mut self.0, m => m.partition_count().await)
+    }
+
+    async fn ready(&self) {
+        delegate!(&self.0, m => m.ready().await)
     }
 }
 
@@ -97,6 +105,24 @@ impl LeaseSession for AnyLease {
 
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
         delegate!(&mut self.0, l => l.ensure_lasts(needed).await)
+    }
+
+    // Every provided method is delegated too: a default here would silently replace the
+    // backend's own (PostgreSQL's keep-alive, SQLite's expiry lease not ending with a session).
+    fn ends_with_session(&self) -> bool {
+        delegate!(&self.0, l => l.ends_with_session())
+    }
+
+    fn request_budget(&self, request_timeout: Duration) -> Duration {
+        delegate!(&self.0, l => l.request_budget(request_timeout))
+    }
+
+    async fn keep_alive(&mut self) -> Result<(), StoreError> {
+        delegate!(&mut self.0, l => l.keep_alive().await)
+    }
+
+    async fn ready(&self) {
+        delegate!(&self.0, l => l.ready().await)
     }
 
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {

@@ -27,6 +27,7 @@ pub mod any;
 pub mod open;
 pub mod postgres;
 pub mod sqlite;
+pub mod timed;
 
 /// A driver's error, kept as the source of a [`StoreError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -141,6 +142,13 @@ pub trait Store: Clone + 'static {
     /// Opens a dedicated session and tries to take `partition`'s lease on it: `None` when
     /// another session holds it.
     async fn acquire(&self, partition: PartitionId) -> Result<Option<Self::Lease>, StoreError>;
+
+    /// Returns once this process may act. At once in production, where a stopped process
+    /// (SIGSTOP, a VM freeze) is stopped whole and acts on nothing, not even a timer, until it
+    /// wakes. The simulation's pause fault holds a stopped worker here, so that the shared
+    /// request timeout ([`timed`]) starts when it resumes: a frozen process cannot time a call
+    /// out (and close its socket) while it is frozen.
+    async fn ready(&self) {}
 }
 
 /// The worker's membership session.
@@ -150,6 +158,9 @@ pub trait MembershipSession {
 
     /// The partition count in force.
     async fn partition_count(&mut self) -> Result<PartitionCount, StoreError>;
+
+    /// Returns once this process may act; see [`Store::ready`].
+    async fn ready(&self) {}
 }
 
 /// One dedicated connection holding one partition's lease. Every method is fenced by it.
@@ -177,6 +188,32 @@ pub trait LeaseSession {
         let _ = needed;
         Ok(())
     }
+
+    /// Whether the lease ends with its session (an advisory lock: the store frees it when it
+    /// ends a silent session), so the holder must keep the session heard and must not deliver
+    /// once it may have been silent too long (see [`crate::liveness`]). The default; an expiry
+    /// lease, fenced by epoch and renewed on its own, answers `false`.
+    fn ends_with_session(&self) -> bool {
+        true
+    }
+
+    /// The longest one call of this session may take, given the request timeout: one request,
+    /// the default. A session that resends a failed statement on a fresh connection (an expiry
+    /// lease, fenced by epoch rather than by its connection) needs more; the shared wrapper
+    /// ([`timed`]) bounds each call by this.
+    fn request_budget(&self, request_timeout: Duration) -> Duration {
+        request_timeout
+    }
+
+    /// Proves the session alive to the store with one cheap round trip (PostgreSQL: `SELECT 1`),
+    /// so a healthy but quiet holder (idle, in a long backoff, during a long delivery) is not
+    /// taken for a dead one. The default does nothing, for a store that ends no silent session.
+    async fn keep_alive(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Returns once this process may act; see [`Store::ready`].
+    async fn ready(&self) {}
 
     /// The partition's head row, if any.
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError>;

@@ -71,6 +71,14 @@ impl Location {
     ) -> Result<StoreFactory, OpenError> {
         Ok(StoreFactory(match &self.0 {
             Backend::Sqlite(path) => {
+                if options.session_timeout.is_some() {
+                    return Err(OpenError::Options(StoreError::Refused {
+                        operation: "configure the session timeout",
+                        reason: "it is for PostgreSQL; a SQLite lease is bounded by its expiry \
+                                 (--lease-expiry-ms)"
+                            .into(),
+                    }));
+                }
                 let mut sqlite = SqliteOptions::for_delivery_timeout(options.delivery_timeout);
                 if let Some(expiry) = options.lease_expiry {
                     sqlite.lease_expiry = expiry;
@@ -83,6 +91,12 @@ impl Location {
                     PgStore::new(url, count, PgOptions::default()).map_err(OpenError::BadUrl)?,
                 ),
                 delivery_timeout: options.delivery_timeout,
+                session_timeout: options.session_timeout.unwrap_or_else(|| {
+                    crate::liveness::default_session_timeout(
+                        options.delivery_timeout,
+                        options.request_timeout,
+                    )
+                }),
             },
         }))
     }
@@ -97,6 +111,27 @@ pub struct StoreOptions {
     /// store's default for `delivery_timeout`. Ignored by a store whose leases live as long
     /// as their session (PostgreSQL).
     pub lease_expiry: Option<Duration>,
+    /// How long the store lets a silent session live before it ends it (and the leases and
+    /// membership it holds), for a store whose leases live as long as their session
+    /// (PostgreSQL); `None`: [`crate::liveness::default_session_timeout`]. A store whose leases
+    /// expire (SQLite) refuses it: its bound is `lease_expiry`.
+    pub session_timeout: Option<Duration>,
+    /// How long any one store call may take (the worker's request timeout).
+    pub request_timeout: Duration,
+}
+
+/// How a store bounds the leases of a worker that stops answering (frozen, cut off), as found
+/// when the worker starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionBounding {
+    /// Leases expire unless renewed (SQLite): a silent holder's leases end by their expiry.
+    Expiry(Duration),
+    /// The server ends a session silent for this long, and with it its leases (PostgreSQL 14
+    /// and later: `idle_session_timeout`, set per session).
+    ServerEnds(Duration),
+    /// The server cannot end a silent session by itself: what is and is not bounded.
+    Partial(String),
 }
 
 /// Makes worker stores, one per worker loop (each on its own thread), for one location.
@@ -107,7 +142,7 @@ pub struct StoreFactory(Factory);
 #[derive(Clone, Debug)]
 enum Factory {
     Sqlite { path: PathBuf, count: PartitionCount, options: SqliteOptions },
-    Postgres { store: Box<PgStore>, delivery_timeout: Duration },
+    Postgres { store: Box<PgStore>, delivery_timeout: Duration, session_timeout: Duration },
 }
 
 impl StoreFactory {
@@ -122,6 +157,35 @@ impl StoreFactory {
             )?),
             Factory::Postgres { store, .. } => AnyStore::from(PgStore::clone(store)),
         })
+    }
+
+    /// The bound on a silent session and how stale the holder's record of "last heard" may
+    /// be ([`crate::liveness::LivenessConfig::margin`]), for a store whose leases live as long
+    /// as their session; `None` for one whose leases expire.
+    pub fn session_bound(&self) -> Option<(Duration, Duration)> {
+        match &self.0 {
+            Factory::Sqlite { .. } => None,
+            // Rows read ahead are served up to `ack_delay` after the server last answered.
+            Factory::Postgres { session_timeout, .. } => {
+                Some((*session_timeout, PgOptions::default().ack_delay))
+            }
+        }
+    }
+
+    /// Has every session this factory's stores open bounded (PostgreSQL: the server's silent
+    /// session timeout, TCP keepalives and user timeout, set per session), asking the server
+    /// once what it supports. Call before [`Self::make`].
+    pub async fn bound_sessions(&mut self) -> Result<SessionBounding, StoreError> {
+        match &mut self.0 {
+            Factory::Sqlite { options, .. } => Ok(SessionBounding::Expiry(options.lease_expiry)),
+            Factory::Postgres { store, session_timeout, .. } => {
+                let bound = store.bound_sessions(*session_timeout).await?;
+                Ok(match bound.shortfall() {
+                    None => SessionBounding::ServerEnds(*session_timeout),
+                    Some(what) => SessionBounding::Partial(what),
+                })
+            }
+        }
     }
 
     /// The wait of a lease taken after an unclean hand-back, when it must be longer than the

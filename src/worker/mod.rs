@@ -27,6 +27,7 @@ use crate::drain::{DrainConfig, DEFAULT_IDLE_POLL};
 use crate::ids::PartitionId;
 use crate::lease::rebalance;
 use crate::retry::RetryPolicy;
+use crate::store::timed::{Limits, TimedControl, TimedStore};
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError};
 
 mod partition;
@@ -52,6 +53,18 @@ pub struct WorkerConfig {
     pub delivery_timeout: Duration,
     /// The pause before reconnecting after the store failed.
     pub reconnect_after: Duration,
+    /// The longest any store call may take; a lease call that takes longer ends the lease
+    /// (its session is dropped). Opening a session may take twice it. See [`crate::store::timed`].
+    pub request_timeout: Duration,
+    /// How long the store lets a session stay silent before it ends it and frees its locks
+    /// (PostgreSQL's `idle_session_timeout`, the simulation's detection); `None` for a store that
+    /// ends no silent session. With it, every lease session is kept heard every third of it and a
+    /// holder does not deliver once its session may end before the delivery does. Validate it
+    /// with [`crate::liveness::LivenessConfig`].
+    pub session_timeout: Option<Duration>,
+    /// How stale the worker's record of when a session was last heard may be (see
+    /// [`crate::liveness::LivenessConfig::margin`]).
+    pub session_margin: Duration,
     /// Seed of every jitter draw this worker makes.
     pub rng_seed: u64,
     /// Where this worker starts looking for free partitions, to spread contention.
@@ -103,6 +116,9 @@ impl WorkerConfig {
             rebalance_every: Duration::from_secs(1),
             delivery_timeout: Duration::from_secs(10),
             reconnect_after: Duration::from_millis(500),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            session_timeout: None,
+            session_margin: Duration::ZERO,
             rng_seed: 0,
             start_offset: 0,
             takeover_delay: None,
@@ -110,6 +126,20 @@ impl WorkerConfig {
             start_together: None,
             #[cfg(test)]
             repeat_results: false,
+        }
+    }
+}
+
+/// The default [`WorkerConfig::request_timeout`].
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl WorkerConfig {
+    /// The bounds the store wrapper enforces, from this configuration.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            request_timeout: self.request_timeout,
+            session_timeout: self.session_timeout,
+            margin: self.session_margin,
         }
     }
 }
@@ -140,11 +170,15 @@ pub enum WorkerEvent {
     Released {
         /// The partition.
         partition: PartitionId,
+        /// The epoch of the lease given back.
+        epoch: crate::ids::Epoch,
     },
     /// A partition's lease was lost to a store error; another worker may take it.
     Lost {
         /// The partition.
         partition: PartitionId,
+        /// The epoch of the lease lost.
+        epoch: crate::ids::Epoch,
         /// What failed, with its causes.
         error: String,
     },
@@ -203,10 +237,19 @@ where
     D: Deliver,
     C: Clock + Clone + 'static,
 {
-    let mut worker =
-        Worker { store, deliver, clock, config, tasks: JoinSet::new(), owned: Owned::new() };
+    // Every store call goes through the shared timeouts and liveness record.
+    let store = TimedStore::new(store, clock.clone(), config.limits());
+    let mut worker = Worker {
+        store,
+        deliver,
+        clock,
+        config,
+        tasks: JoinSet::new(),
+        owned: Owned::new(),
+        epochs: BTreeMap::new(),
+    };
     let mut report = WorkerReport::default();
-    let mut control: Option<S::Membership> = None;
+    let mut control: Option<TimedControl<S::Membership>> = None;
     tokio::pin!(shutdown);
     loop {
         let pause = match worker.turn(&mut control, &mut report).await {
@@ -231,19 +274,21 @@ where
 }
 
 struct Worker<S, D, C> {
-    store: S,
+    store: TimedStore<S, C>,
     deliver: D,
     clock: C,
     config: WorkerConfig,
     tasks: JoinSet<PartitionExit>,
     owned: Owned,
+    /// The epoch of each partition task's lease, for the observer.
+    epochs: BTreeMap<PartitionId, crate::ids::Epoch>,
 }
 
 impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
     /// One membership turn: connect if needed, then rebalance.
     async fn turn(
         &mut self,
-        control: &mut Option<S::Membership>,
+        control: &mut Option<TimedControl<S::Membership>>,
         report: &mut WorkerReport,
     ) -> Result<(), StoreError> {
         while let Some(exit) = self.tasks.try_join_next() {
@@ -291,7 +336,7 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
         }
     }
 
-    fn spawn(&mut self, lease: S::Lease) {
+    fn spawn(&mut self, lease: <TimedStore<S, C> as Store>::Lease) {
         let partition = lease.partition();
         self.observe(WorkerEvent::Acquired { partition, epoch: lease.epoch() });
         let (tx, rx) = oneshot::channel();
@@ -319,6 +364,7 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
             repeat_results: self.config.repeat_results,
         };
         self.owned.insert(partition, Some(tx));
+        self.epochs.insert(partition, lease.epoch());
         self.tasks.spawn_local(task.run(lease, rx));
     }
 
@@ -331,12 +377,14 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
             Ok(PartitionExit::Released(p)) => {
                 report.released += 1;
                 self.owned.remove(&p);
-                self.observe(WorkerEvent::Released { partition: p });
+                let epoch = self.epochs.remove(&p).unwrap_or(crate::ids::Epoch(0));
+                self.observe(WorkerEvent::Released { partition: p, epoch });
             }
             Ok(PartitionExit::Lost(p, err)) => {
                 report.lost += 1;
                 self.owned.remove(&p);
-                self.observe(WorkerEvent::Lost { partition: p, error: chain(&err) });
+                let epoch = self.epochs.remove(&p).unwrap_or(crate::ids::Epoch(0));
+                self.observe(WorkerEvent::Lost { partition: p, epoch, error: chain(&err) });
             }
             Ok(PartitionExit::Refused(p, err)) => {
                 report.lost += 1;

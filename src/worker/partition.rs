@@ -9,6 +9,7 @@ use crate::clock::Clock;
 use crate::deliver::{Deliver, DeliverError};
 use crate::drain::{Action, Drain, DrainConfig, DrainError, Head, Input};
 use crate::ids::{PartitionId, Time};
+use crate::store::timed::TimedLease;
 use crate::store::{Handover, LeaseSession, StoreError, StoredHead};
 
 /// How a partition task ended.
@@ -68,7 +69,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
     /// Drains the partition of `lease` until the lease is lost or a release is requested.
     pub(super) async fn run<L: LeaseSession>(
         mut self,
-        mut lease: L,
+        mut lease: TimedLease<L, C>,
         mut release: oneshot::Receiver<()>,
     ) -> PartitionExit {
         let partition = lease.partition();
@@ -99,11 +100,22 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Ok(Turn::Idle) => {
                     let wait = drain.poll_timeout().map(|t| t.saturating_since(self.clock.now()));
+                    // A quiet session (idle, in a long backoff) is kept heard, so the store does
+                    // not take the healthy holder for a dead one.
+                    let keep_alive = lease.keep_alive_in();
                     let fed = tokio::select! {
                         biased;
                         _ = &mut release => self.feed(&mut drain, Input::ReleaseRequested),
                         _ = sleep_for(wait) => {
                             drain.handle_timeout(self.clock.now());
+                            Ok(())
+                        }
+                        _ = sleep_for(keep_alive) => {
+                            if let Err(err) = lease.keep_alive().await {
+                                // The lease is gone; a refusal of this last input changes nothing.
+                                let _ = self.feed(&mut drain, Input::LeaseLost);
+                                return PartitionExit::Lost(partition, err);
+                            }
                             Ok(())
                         }
                     };
@@ -140,7 +152,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
     async fn carry_out<L: LeaseSession>(
         &mut self,
         drain: &mut Drain,
-        lease: &mut L,
+        lease: &mut TimedLease<L, C>,
         release: &mut oneshot::Receiver<()>,
     ) -> Result<Turn, Stop> {
         while let Some(action) = drain.poll_action() {
@@ -157,7 +169,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                     // An expiry lease must outlast the delivery; no await comes between this
                     // check and the delivery's own timeout.
                     lease.ensure_lasts(self.delivery_timeout).await?;
-                    let input = self.deliver(partition, &head, attempt).await;
+                    let input = self.deliver_alive(partition, &head, attempt, lease).await?;
                     #[cfg(test)]
                     if self.repeat_results {
                         self.feed(drain, input.clone()).map_err(Stop::Refused)?;
@@ -180,6 +192,39 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
             }
         }
         Ok(Turn::Idle)
+    }
+
+    /// Delivers while keeping the lease's session heard (a delivery may be longer than a third
+    /// of the session bound). The deliverer does not touch the lease, so the keep-alive goes out
+    /// on the lease's own session beside it; it runs to completion inside its branch, so no
+    /// statement is ever abandoned half-answered. A failed keep-alive ends the lease once the
+    /// delivery in flight is resolved (its outcome is not recorded: the next holder redelivers).
+    async fn deliver_alive<L: LeaseSession>(
+        &mut self,
+        partition: PartitionId,
+        head: &Head,
+        attempt: u32,
+        lease: &mut TimedLease<L, C>,
+    ) -> Result<Input, StoreError> {
+        let mut failed = None;
+        let delivery = self.deliver(partition, head, attempt);
+        tokio::pin!(delivery);
+        let input = loop {
+            let keep_alive = if failed.is_none() { lease.keep_alive_in() } else { None };
+            tokio::select! {
+                biased;
+                input = &mut delivery => break input,
+                _ = sleep_for(keep_alive) => {
+                    if let Err(err) = lease.keep_alive().await {
+                        failed = Some(err);
+                    }
+                }
+            }
+        };
+        match failed {
+            Some(err) => Err(err),
+            None => Ok(input),
+        }
     }
 
     async fn deliver(&mut self, partition: PartitionId, head: &Head, attempt: u32) -> Input {

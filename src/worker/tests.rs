@@ -61,6 +61,11 @@ struct Db {
     fail_release: bool,
     /// Refuse this many delivery checks per partition.
     refuse_lasts: BTreeMap<PartitionId, usize>,
+    /// Head reads of these partitions never answer (a blackholed session).
+    hang_fetch: BTreeSet<PartitionId>,
+    /// How long every head read takes.
+    fetch_delay: Duration,
+    keep_alives: Vec<(PartitionId, Time)>,
     // What happened, when.
     connects: Vec<(String, Time)>,
     control_reads: Vec<Time>,
@@ -214,7 +219,21 @@ impl LeaseSession for FakeLease {
         Ok(())
     }
 
+    async fn keep_alive(&mut self) -> Result<(), StoreError> {
+        let (partition, now) = (self.partition, self.clock.now());
+        self.fenced().await?.keep_alives.push((partition, now));
+        Ok(())
+    }
+
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+        let (hang, delay) = {
+            let db = self.db.borrow();
+            (db.hang_fetch.contains(&self.partition), db.fetch_delay)
+        };
+        if hang {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(delay).await;
         let (partition, epoch, now) = (self.partition, self.epoch, self.clock.now());
         let mut db = self.fenced().await?;
         db.fetches.push((partition, epoch, now));
@@ -510,8 +529,8 @@ async fn local<F: Future>(f: F) -> F::Output {
     tokio::task::LocalSet::new().run_until(f).await
 }
 
-fn released(partition: u16) -> WorkerEvent {
-    WorkerEvent::Released { partition: p(partition) }
+fn released(partition: u16, epoch: u64) -> WorkerEvent {
+    WorkerEvent::Released { partition: p(partition), epoch: Epoch(epoch) }
 }
 
 fn acquired(partition: u16, epoch: u64) -> WorkerEvent {
@@ -602,9 +621,12 @@ async fn every_queued_event_is_delivered_once_in_seq_order_and_acknowledged() {
         assert!(h.held().is_empty(), "shutdown gives every lease back");
         let events = h.events();
         assert_eq!(events.len(), 4, "{events:?}");
-        for event in
-            [(0, acquired(0, 1)), (0, acquired(1, 1)), (1500, released(0)), (1500, released(1))]
-        {
+        for event in [
+            (0, acquired(0, 1)),
+            (0, acquired(1, 1)),
+            (1500, released(0, 1)),
+            (1500, released(1, 1)),
+        ] {
             assert!(events.contains(&event), "{event:?} missing from {events:?}");
         }
     })
@@ -778,6 +800,8 @@ async fn a_partition_task_whose_worker_is_gone_gives_its_lease_back_after_the_de
         let first = h.enqueue(0);
         h.enqueue(0);
         let store = FakeStore { db: h.db.clone(), clock: h.clock };
+        let limits = WorkerConfig::new("w").limits();
+        let store = crate::store::timed::TimedStore::new(store, h.clock, limits);
         let lease = store.acquire(p(0)).await.unwrap().expect("free");
         let task = partition::PartitionTask {
             deliver: h.endpoint.clone(),
@@ -944,7 +968,7 @@ async fn the_excess_is_given_back_when_more_workers_are_live_and_taken_again_whe
         let events = h.events();
         let at_1000: Vec<_> = events.iter().filter(|e| e.0 == 1000).map(|e| &e.1).collect();
         assert_eq!(at_1000.len(), 2);
-        assert!(at_1000.contains(&&released(2)) && at_1000.contains(&&released(3)));
+        assert!(at_1000.contains(&&released(2, 1)) && at_1000.contains(&&released(3, 1)));
         let at_2000: Vec<_> = events.iter().filter(|e| e.0 == 2000).map(|e| &e.1).collect();
         assert_eq!(at_2000, [&acquired(2, 2), &acquired(3, 2)]);
     })
@@ -1082,6 +1106,7 @@ async fn a_lost_lease_is_reaped_at_once_reported_and_taken_again_after_the_takeo
                     1200,
                     WorkerEvent::Lost {
                         partition: p(0),
+                        epoch: Epoch(1),
                         error: "partition 0: lease with epoch 1 is not held by this session".into()
                     }
                 ),
@@ -1118,6 +1143,7 @@ async fn a_lease_that_may_not_last_the_delivery_is_lost_without_delivering() {
                 0,
                 WorkerEvent::Lost {
                     partition: p(0),
+                    epoch: Epoch(1),
                     error: "partition 0: lease with epoch 1 may expire within 2s".into()
                 }
             )
@@ -1146,6 +1172,7 @@ async fn a_failed_hand_back_counts_as_a_lost_lease() {
                 500,
                 WorkerEvent::Lost {
                     partition: p(0),
+                    epoch: Epoch(1),
                     error: "store connection failed: release failed".into()
                 }
             ))
@@ -1307,4 +1334,100 @@ async fn a_refused_input_is_reported_and_the_lease_given_back_unclean() {
         assert_eq!(report.lost, 1, "the refused lease counts as lost: {report:?}");
     })
     .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_call_that_never_answers_times_out_and_ends_the_lease() {
+    let h = Harness::new(1);
+    local(async {
+        h.db.borrow_mut().hang_fetch.insert(p(0));
+        let config = WorkerConfig { request_timeout: Duration::from_millis(700), ..h.config("w1") };
+        let worker = h.start(config);
+        h.at(699).await;
+        assert_eq!(h.held(), BTreeSet::from([0]), "still waiting for the store");
+        h.at(700).await;
+        tokio::task::yield_now().await;
+        let lost = WorkerEvent::Lost {
+            partition: p(0),
+            epoch: Epoch(1),
+            error: "store did not answer fetch_head within 700ms".into(),
+        };
+        assert_eq!(h.events()[1], (700, lost), "lost when the request timeout ran out");
+        h.db.borrow_mut().hang_fetch.clear();
+        let report = worker.stop().await;
+        assert_eq!(report.lost, 1);
+        assert_eq!(h.db.borrow().acquired[0].1, Epoch(1));
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_lease_is_kept_alive_every_third_of_the_session_timeout() {
+    let h = Harness::new(1);
+    local(async {
+        let config = WorkerConfig {
+            session_timeout: Some(Duration::from_millis(4500)),
+            delivery_timeout: Duration::from_secs(3),
+            idle_poll: Duration::from_secs(5),
+            ..h.config("w1")
+        };
+        let worker = h.start(config);
+        h.at(4400).await;
+        let times: Vec<u64> = h.db.borrow().keep_alives.iter().map(|k| ms(k.1)).collect();
+        assert_eq!(times, [1500, 3000], "idle: heard every 1.5 s");
+        // A delivery of 2.5 s (5 000 to 7 500) is kept heard as well.
+        h.endpoint.state.borrow_mut().latency = Duration::from_millis(2500);
+        let seq = h.enqueue(0);
+        h.at(8000).await;
+        let d = h.delivered();
+        assert_eq!((d.len(), d[0].seq, ms(d[0].at)), (1, seq, 5000));
+        let times: Vec<u64> = h.db.borrow().keep_alives.iter().map(|k| ms(k.1)).collect();
+        assert_eq!(times, [1500, 3000, 4500, 6500], "during the delivery too");
+        assert_eq!(worker.stop().await.lost, 0);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_ends_no_silent_session_is_not_kept_alive() {
+    let h = Harness::new(1);
+    local(async {
+        let config = WorkerConfig { idle_poll: Duration::from_secs(5), ..h.config("w1") };
+        let worker = h.start(config);
+        h.at(4500).await;
+        assert!(h.db.borrow().keep_alives.is_empty());
+        worker.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_whose_session_may_end_before_the_delivery_does_not_deliver() {
+    for (delay_ms, delivers) in [(3_500, true), (4_500, false)] {
+        let h = Harness::new(1);
+        local(async {
+            h.db.borrow_mut().fetch_delay = Duration::from_millis(delay_ms);
+            h.enqueue(0);
+            let config = WorkerConfig {
+                session_timeout: Some(Duration::from_secs(6)),
+                request_timeout: Duration::from_secs(5),
+                ..h.config("w1")
+            };
+            let worker = h.start(config);
+            // The head read started at 0 and answered after the delay; the delivery of up to
+            // 2 s must end before 6 s after the read started.
+            h.at(delay_ms + 10).await;
+            assert_eq!(h.delivered().len(), usize::from(delivers), "fetch delay {delay_ms} ms");
+            if !delivers {
+                let (at, event) = h.events()[1].clone();
+                assert_eq!(at, delay_ms);
+                assert!(
+                    matches!(&event, WorkerEvent::Lost { error, .. } if error.contains("may expire within 6.5s")),
+                    "{event:?}"
+                );
+            }
+            worker.stop().await;
+        })
+        .await;
+    }
 }

@@ -90,7 +90,7 @@ fn a_second_worker_gets_its_fair_share() {
                 WorkerEvent::Acquired { partition, .. } => {
                     mine.borrow_mut().insert(partition.0);
                 }
-                WorkerEvent::Released { partition } | WorkerEvent::Lost { partition, .. } => {
+                WorkerEvent::Released { partition, .. } | WorkerEvent::Lost { partition, .. } => {
                     mine.borrow_mut().remove(&partition.0);
                 }
                 _ => {}

@@ -13,6 +13,7 @@ mod compat;
 mod conformance_pg;
 mod crash;
 mod leases;
+mod liveness;
 mod online;
 mod ordering;
 mod poison;

@@ -2,6 +2,11 @@
 //! and a deliverer that speak over turmoil TCP, and a clock that reads simulated time (offset
 //! by the worker's clock skew).
 //!
+//! Every store call is bounded by the worker loop's shared wrapper ([`keyorder::store::timed`]),
+//! the code production runs; this client applies its own timeouts only where they mean more
+//! than a request timeout: opening a connection (and its first statement), an expiry lease's
+//! resend on a fresh connection, the `unfenced-lease` pool's retries.
+//!
 //! A pause fault stops the worker's process: every store statement, renewal and delivery check
 //! waits at a gate until it resumes, so nothing reaches the store or an endpoint meanwhile,
 //! while the worker keeps its state and connections. The gate stands where the worker next
@@ -90,7 +95,6 @@ pub struct SimControl {
     conn: Conn,
     control: SharedControl,
     worker: Rc<str>,
-    request_timeout: Duration,
 }
 
 /// A session holding one partition's lease.
@@ -176,17 +180,18 @@ impl Store for SimStore {
     type Membership = SimControl;
     type Lease = SimLease;
 
+    async fn ready(&self) {
+        gate(&self.control, &self.worker).await;
+    }
+
     async fn connect(&self, worker: &str) -> Result<SimControl, StoreError> {
         gate(&self.control, &self.worker).await;
         let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
         let req = StoreRequest::Register { worker: worker.to_owned() };
         match conn.call(&req, "register", self.request_timeout).await? {
-            StoreResponse::Ok => Ok(SimControl {
-                conn,
-                control: self.control.clone(),
-                worker: self.worker.clone(),
-                request_timeout: self.request_timeout,
-            }),
+            StoreResponse::Ok => {
+                Ok(SimControl { conn, control: self.control.clone(), worker: self.worker.clone() })
+            }
             other => Err(unexpected("register", other)),
         }
     }
@@ -237,11 +242,8 @@ impl SimStore {
 impl MembershipSession for SimControl {
     async fn live_workers(&mut self) -> Result<usize, StoreError> {
         gate(&self.control, &self.worker).await;
-        match self
-            .conn
-            .call(&StoreRequest::LiveWorkers, "live_workers", self.request_timeout)
-            .await?
-        {
+        // Bounded by the worker's shared wrapper, not here.
+        match self.conn.exchange(&StoreRequest::LiveWorkers).await? {
             StoreResponse::Count(n) => Ok(n as usize),
             other => Err(unexpected("live_workers", other)),
         }
@@ -249,6 +251,10 @@ impl MembershipSession for SimControl {
 
     async fn partition_count(&mut self) -> Result<PartitionCount, StoreError> {
         Ok(self.control.borrow().worker_count)
+    }
+
+    async fn ready(&self) {
+        gate(&self.control, &self.worker).await;
     }
 }
 
@@ -264,7 +270,8 @@ impl SimLease {
         }
         let answer = match &self.expiry {
             Some(_) => self.call_anywhere(&req, operation).await?,
-            None => self.conn.call(&req, operation, self.request_timeout).await?,
+            // A session lock's statement: bounded by the worker's shared wrapper, not here.
+            None => self.conn.exchange(&req).await?,
         };
         match answer {
             StoreResponse::NotHeld => {
@@ -363,6 +370,33 @@ impl LeaseSession for SimLease {
         self.handover
     }
 
+    fn ends_with_session(&self) -> bool {
+        // An expiry lease is fenced by epoch; the `unfenced-lease` design believes its lease
+        // does not depend on its session (that is its flaw), so it neither keeps it alive nor
+        // checks it.
+        self.expiry.is_none() && self.pool.is_none()
+    }
+
+    fn request_budget(&self, request_timeout: Duration) -> Duration {
+        if self.pool.is_some() {
+            // The pool retries past any request timeout, up to its own bound.
+            request_timeout.saturating_mul(3 * POOL_ATTEMPTS as u32 + 1)
+        } else if self.expiry.is_some() {
+            // A call, and on failure a reconnect and the call once more.
+            request_timeout.saturating_mul(3)
+        } else {
+            request_timeout
+        }
+    }
+
+    async fn ready(&self) {
+        gate(&self.control, &self.worker).await;
+    }
+
+    async fn keep_alive(&mut self) -> Result<(), StoreError> {
+        self.expect_ok(StoreRequest::Ping, "ping").await
+    }
+
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
         gate(&self.control, &self.worker).await;
         let Some(e) = &self.expiry else { return Ok(()) };
@@ -442,7 +476,7 @@ impl LeaseSession for SimLease {
             return self.expect_ok(req, "unlock").await;
         }
         gate(&self.control, &self.worker).await;
-        match self.conn.call(&req, "unlock", self.request_timeout).await? {
+        match self.conn.exchange(&req).await? {
             StoreResponse::Ok => Ok(()),
             StoreResponse::NotHeld => {
                 Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
@@ -585,10 +619,10 @@ fn trace_observer(name: Rc<str>, rec: SharedRecorder) -> worker::Observer {
             E::Acquired { partition, epoch } => {
                 rec.log(now(), &name, format_args!("leased p{partition} epoch {epoch}"))
             }
-            E::Released { partition } => {
+            E::Released { partition, .. } => {
                 rec.log(now(), &name, format_args!("gave back p{partition}"))
             }
-            E::Lost { partition, error } => {
+            E::Lost { partition, error, .. } => {
                 rec.log(now(), &name, format_args!("lost p{partition}: {error}"))
             }
             E::StoreUnavailable { error } => {

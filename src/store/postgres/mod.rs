@@ -132,6 +132,95 @@ impl PgStore {
     pub fn config(&self) -> &Config {
         &self.config
     }
+
+    /// Has the server end every session of this store (membership, leases, spares) that stays
+    /// silent longer than `timeout`, and the client give up on a dead peer as fast; reports what
+    /// the server could bound. Call once before the store is used: the settings travel as
+    /// startup options of every connection opened afterwards (no extra round trip).
+    ///
+    /// Per session: `idle_session_timeout` (PostgreSQL 14 and later: the server's own timer, so
+    /// it ends the session of a frozen or cut-off client whose kernel or proxy still answers TCP),
+    /// `idle_in_transaction_session_timeout`, `tcp_keepalives_idle/interval/count` and
+    /// `tcp_user_timeout` (12 and later). The client sets its own keepalive and user timeout.
+    pub async fn bound_sessions(&mut self, timeout: Duration) -> Result<SessionBound, StoreError> {
+        let client = connect(&self.config).await?;
+        let row =
+            client.query_one("SELECT current_setting('server_version_num')::int4", &[]).await?;
+        let bound = SessionBound::new(row.get(0), timeout);
+        let options = match self.config.get_options() {
+            Some(given) if !given.trim().is_empty() => format!("{given} {}", bound.options()),
+            _ => bound.options(),
+        };
+        self.config.options(options);
+        let (idle, interval, count) = bound.keepalives();
+        self.config
+            .keepalives(true)
+            .keepalives_idle(idle)
+            .keepalives_interval(interval)
+            .keepalives_retries(count)
+            .tcp_user_timeout(timeout);
+        Ok(bound)
+    }
+}
+
+/// What [`PgStore::bound_sessions`] set up on the server it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionBound {
+    /// The server's `server_version_num`.
+    pub server_version_num: i32,
+    /// The bound.
+    pub timeout: Duration,
+}
+
+impl SessionBound {
+    /// The settings for a server of `server_version_num`.
+    pub fn new(server_version_num: i32, timeout: Duration) -> Self {
+        Self { server_version_num, timeout }
+    }
+
+    /// Whether the server ends a silent session by its own timer (`idle_session_timeout`,
+    /// PostgreSQL 14 and later): the one setting that bounds a frozen or blackholed client.
+    pub fn server_ends_silent_sessions(&self) -> bool {
+        self.server_version_num >= 140_000
+    }
+
+    /// Keepalive idle time, interval and count: dead-peer detection within about two thirds
+    /// of the bound, in whole seconds as the server takes them.
+    pub fn keepalives(&self) -> (Duration, Duration, u32) {
+        let secs = |d: Duration| Duration::from_secs(d.as_secs().max(1));
+        (secs(self.timeout / 3), secs(self.timeout / 9), 3)
+    }
+
+    /// The startup options (`-c name=value ...`) that set the bound per session.
+    pub fn options(&self) -> String {
+        let ms = self.timeout.as_millis().max(1);
+        let (idle, interval, count) = self.keepalives();
+        let mut o = format!(
+            "-c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={count}",
+            idle.as_secs(),
+            interval.as_secs()
+        );
+        if self.server_version_num >= 120_000 {
+            o.push_str(&format!(" -c tcp_user_timeout={ms}"));
+        }
+        if self.server_ends_silent_sessions() {
+            o.push_str(&format!(" -c idle_session_timeout={ms}"));
+        }
+        o
+    }
+
+    /// What is and is not bounded on this server, for the operator, when not everything is.
+    pub fn shortfall(&self) -> Option<String> {
+        if self.server_ends_silent_sessions() {
+            return None;
+        }
+        Some(format!(
+            "PostgreSQL {} has no idle_session_timeout (14 and later): a worker that dies or whose network drops is detected by TCP keepalive{} within about {:?}, but the sessions of a frozen worker (SIGSTOP, a VM pause) or one behind a proxy that keeps its sockets open keep their leases until it wakes",
+            self.server_version_num,
+            if self.server_version_num >= 120_000 { " and tcp_user_timeout" } else { "" },
+            self.timeout
+        ))
+    }
 }
 
 /// A worker's membership session.
@@ -157,15 +246,17 @@ impl Store for PgStore {
         // A spare connection holds no lock (its try failed), so it is as good as a new one;
         // one the server closed meanwhile fails its first statement below, like a new one
         // that broke.
-        let spare = self.spares().pop().filter(|c| !c.is_closed());
-        let client = match spare {
-            Some(c) => c,
-            None => connect(&self.config).await?,
-        };
         let p = i32::from(partition.0);
-        let row = client
-            .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&LEASE_NAMESPACE, &p])
-            .await?;
+        let spare = self.spares().pop().filter(|c| !c.is_closed());
+        let (client, row) = match spare {
+            // A spare the server ended meanwhile (it was silent past the session bound) is
+            // replaced, not reported as a store failure.
+            Some(c) => match c.query_one(TRY_LOCK, &[&LEASE_NAMESPACE, &p]).await {
+                Ok(row) => (c, row),
+                Err(_) => self.try_lock_fresh(p).await?,
+            },
+            None => self.try_lock_fresh(p).await?,
+        };
         if !row.get::<_, bool>(0) {
             let mut spare = self.spares();
             if spare.len() < MAX_SPARE {
@@ -207,6 +298,17 @@ impl Store for PgStore {
             held: false,
             prepared: None,
         }))
+    }
+}
+
+/// Tries a partition's lease lock.
+const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1, $2)";
+
+impl PgStore {
+    async fn try_lock_fresh(&self, p: i32) -> Result<(Client, tokio_postgres::Row), StoreError> {
+        let client = connect(&self.config).await?;
+        let row = client.query_one(TRY_LOCK, &[&LEASE_NAMESPACE, &p]).await?;
+        Ok((client, row))
     }
 }
 
@@ -361,6 +463,18 @@ impl LeaseSession for PgLease {
         self.handover
     }
 
+    async fn keep_alive(&mut self) -> Result<(), StoreError> {
+        // Pending acknowledgements prove the session as well as a ping, and are due anyway.
+        if self.acks.is_empty() {
+            let ping = self.prepared().await?.ping.clone();
+            self.client.execute(&ping, &[]).await?;
+            self.heard();
+            Ok(())
+        } else {
+            self.flush_acks().await
+        }
+    }
+
     async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
         let now = self.clock.now();
         let full = now.saturating_since(self.full_scan_at) >= self.options.full_scan_every;
@@ -473,5 +587,32 @@ impl LeaseSession for PgLease {
         let p = i32::from(self.partition.0);
         self.client.execute("SELECT pg_advisory_unlock($1, $2)", &[&LEASE_NAMESPACE, &p]).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_bound_sets_what_the_server_version_has() {
+        let bound = |v| SessionBound::new(v, Duration::from_millis(30_000));
+        let v15 = bound(150_004);
+        assert_eq!(
+            v15.options(),
+            "-c idle_in_transaction_session_timeout=30000 -c tcp_keepalives_idle=10 -c tcp_keepalives_interval=3 -c tcp_keepalives_count=3 -c tcp_user_timeout=30000 -c idle_session_timeout=30000"
+        );
+        assert_eq!(v15.shortfall(), None);
+        let v13 = bound(130_010);
+        assert!(!v13.options().contains("idle_session_timeout"), "unknown before 14");
+        assert!(v13.options().contains("tcp_user_timeout"));
+        let why = v13.shortfall().expect("a frozen worker is not bounded");
+        assert!(why.contains("no idle_session_timeout") && why.contains("frozen"), "{why}");
+        let v11 = bound(110_000);
+        assert!(!v11.options().contains("tcp_user_timeout"), "unknown before 12");
+        assert!(!v11.shortfall().unwrap().contains("tcp_user_timeout"));
+        // A bound under three seconds still gets whole-second keepalives of at least 1 s.
+        let short = SessionBound::new(150_000, Duration::from_millis(2_000));
+        assert_eq!(short.keepalives(), (Duration::from_secs(1), Duration::from_secs(1), 3));
     }
 }

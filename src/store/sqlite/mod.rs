@@ -62,8 +62,8 @@ use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError,
 mod acks;
 pub mod admin;
 mod conn;
-mod error;
 mod endpoints;
+mod error;
 pub mod queue;
 pub mod schema;
 
@@ -606,6 +606,11 @@ impl Drop for SqliteLease {
 impl LeaseSession for SqliteLease {
     fn partition(&self) -> PartitionId {
         self.fence.partition
+    }
+
+    fn ends_with_session(&self) -> bool {
+        // An expiry lease, fenced by epoch and renewed on its own.
+        false
     }
 
     fn epoch(&self) -> Epoch {
