@@ -327,6 +327,14 @@ pub struct WorkArgs {
     /// it). Must exceed the delivery timeout; default three times it.
     #[arg(long)]
     lease_expiry_ms: Option<u64>,
+    /// Keys of one partition parked at once while they back off (the partition delivers other
+    /// keys meanwhile); past it a failing key blocks its partition. 0 turns parking off.
+    #[arg(long, default_value_t = keyorder::drain::DEFAULT_MAX_PARKED_KEYS)]
+    max_parked_keys: usize,
+    /// Partition FIFO: a failing event blocks every key of its partition until it is delivered
+    /// or dead-lettered (by default it blocks only its own key).
+    #[arg(long)]
+    strict_partition_order: bool,
 }
 
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
@@ -351,6 +359,8 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         idle_poll: Duration::from_millis(args.idle_poll_ms),
         delivery,
         takeover_delay: None,
+        max_parked_keys: args.max_parked_keys,
+        strict_partition_order: args.strict_partition_order,
     };
     match args.db.target()? {
         DbTarget::Postgres(url) => {
@@ -420,6 +430,8 @@ struct LoopSettings {
     delivery: super::delivery::DeliveryArgs,
     /// The wait of a lease taken after an unclean hand-back; `None`: the delivery timeout.
     takeover_delay: Option<Duration>,
+    max_parked_keys: usize,
+    strict_partition_order: bool,
 }
 
 /// How often `keyorder work` re-reads the per-key endpoint table.
@@ -463,6 +475,8 @@ fn run_threads<S: Store>(
         config.delivery_timeout = settings.delivery_timeout;
         config.idle_poll = settings.idle_poll;
         config.takeover_delay = settings.takeover_delay;
+        config.max_parked_keys = settings.max_parked_keys;
+        config.strict_partition_order = settings.strict_partition_order;
         config.rng_seed = std::process::id().into();
         config.observer = Some(observer());
         let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());

@@ -4,6 +4,7 @@
 
 mod behaviour;
 mod dead_letter;
+mod parking;
 mod server;
 mod signing;
 mod tls;
