@@ -199,7 +199,9 @@ pub(super) fn stalls(index: &Index<'_>, bound: std::time::Duration) -> Found {
 ///
 /// An attempt failed when it was refused or the same event was sent again after it. A key with
 /// a failed attempt is failing; the others are healthy. A partition is blocked from a failed
-/// attempt's answer to that event's next attempt (or its resolution, or the end). An event of a
+/// attempt's answer to that event's next attempt (or its resolution, or the end), except while
+/// it has a delivery out (then it is busy, not blocked: waiting behind a delivery in progress
+/// is the cost of one-in-flight, not of a failing key). An event of a
 /// healthy key is next in line from its enqueue or its key's previous resolution, whichever is
 /// later, to its first send; the count is the sum, over those events, of the blocked time of
 /// their partition within that span. The counterexample is the longest single wait.
@@ -226,8 +228,15 @@ pub(super) fn head_of_line(index: &Index<'_>) -> Found {
             }
         }
     }
-    for spans in blocked.values_mut() {
-        spans.sort();
+    let mut busy: BTreeMap<PartitionId, Vec<(Time, Time)>> = BTreeMap::new();
+    for d in &history.deliveries {
+        busy.entry(d.partition)
+            .or_default()
+            .push((d.sent_at, d.finished_at.unwrap_or(d.arrived_at)));
+    }
+    for (p, spans) in blocked.iter_mut() {
+        let out = busy.get_mut(p).map(|b| merge(std::mem::take(b))).unwrap_or_default();
+        *spans = subtract(merge(std::mem::take(spans)), &out);
     }
     let mut healthy: BTreeMap<&str, Vec<&Enqueued>> = BTreeMap::new();
     for e in history.enqueued.iter().filter(|e| !failing.contains(e.key.as_str())) {
@@ -266,6 +275,42 @@ pub(super) fn head_of_line(index: &Index<'_>) -> Found {
         )
     });
     (total.as_millis() as u64, first)
+}
+
+/// `spans` sorted and merged where they overlap or touch.
+fn merge(mut spans: Vec<(Time, Time)>) -> Vec<(Time, Time)> {
+    spans.sort();
+    let mut out: Vec<(Time, Time)> = Vec::with_capacity(spans.len());
+    for (a, b) in spans {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// The parts of `spans` outside `holes` (both merged).
+fn subtract(spans: Vec<(Time, Time)>, holes: &[(Time, Time)]) -> Vec<(Time, Time)> {
+    let mut out = Vec::new();
+    let mut h = 0;
+    for (mut a, b) in spans {
+        while h < holes.len() && holes[h].1 <= a {
+            h += 1;
+        }
+        let mut i = h;
+        while i < holes.len() && holes[i].0 < b {
+            if holes[i].0 > a {
+                out.push((a, holes[i].0));
+            }
+            a = a.max(holes[i].1);
+            i += 1;
+        }
+        if b > a {
+            out.push((a, b));
+        }
+    }
+    out
 }
 
 /// The time within `from..to` covered by `spans` (sorted, possibly overlapping).
