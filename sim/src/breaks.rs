@@ -38,11 +38,14 @@ pub enum Break {
     /// holder that was stopped past its expiry wakes, finds the new holder's lease and believes
     /// it its own.
     UnfencedExpiry,
+    /// A failing head is skipped while it backs off, but its key is not parked: the head read
+    /// serves the same key's later events before it.
+    SkipWithoutParking,
 }
 
 impl Break {
     /// Every entry, in catalogue order.
-    pub const ALL: [Break; 10] = [
+    pub const ALL: [Break; 11] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -53,6 +56,7 @@ impl Break {
         Break::UnboundedRetry,
         Break::HandoverAlwaysClean,
         Break::UnfencedExpiry,
+        Break::SkipWithoutParking,
     ];
 
     /// The violation the checker must report when this design runs.
@@ -64,7 +68,9 @@ impl Break {
             | Break::ParallelInPartition
             | Break::HandoverAlwaysClean
             | Break::UnfencedExpiry => Kind::Concurrent,
-            Break::RequeueAtTail | Break::UnserialisedProducers => Kind::Reorder,
+            Break::RequeueAtTail | Break::UnserialisedProducers | Break::SkipWithoutParking => {
+                Kind::Reorder
+            }
             Break::UnboundedRetry => Kind::Stall,
         }
     }
@@ -82,6 +88,7 @@ impl Break {
             Break::UnboundedRetry => "unbounded-retry",
             Break::HandoverAlwaysClean => "handover-always-clean",
             Break::UnfencedExpiry => "unfenced-expiry",
+            Break::SkipWithoutParking => "skip-without-parking",
         }
     }
 }

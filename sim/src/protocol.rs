@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use keyorder::drain::ParkedKeys;
 use keyorder::store::StoreError;
 use keyorder::{Epoch, PartitionId, Seq};
 use serde::de::DeserializeOwned;
@@ -29,8 +30,14 @@ pub enum StoreRequest {
     /// `pg_advisory_unlock(namespace, partition)`, recording how the lease is handed back:
     /// `clean` when no delivery of this holder can still be out.
     Unlock { partition: PartitionId, epoch: Epoch, clean: bool },
-    /// The partition's head, fenced by the lease.
-    FetchHead { partition: PartitionId, epoch: Epoch },
+    /// The partition's oldest row whose key is not in `skip` (the parked keys), fenced by the
+    /// lease. An empty `skip` is left off the wire, so the line is as it was before parking.
+    FetchHead {
+        partition: PartitionId,
+        epoch: Epoch,
+        #[serde(default, skip_serializing_if = "ParkedKeys::is_empty")]
+        skip: ParkedKeys,
+    },
     /// Delete a delivered row, fenced.
     Ack { partition: PartitionId, epoch: Epoch, seq: Seq },
     /// Record a failed attempt, fenced.
@@ -61,7 +68,7 @@ impl StoreRequest {
     pub fn fence(&self) -> Option<(PartitionId, Epoch)> {
         match self {
             StoreRequest::Unlock { partition, epoch, .. }
-            | StoreRequest::FetchHead { partition, epoch }
+            | StoreRequest::FetchHead { partition, epoch, .. }
             | StoreRequest::Ack { partition, epoch, .. }
             | StoreRequest::Retry { partition, epoch, .. }
             | StoreRequest::DeadLetter { partition, epoch, .. }

@@ -97,6 +97,7 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
         requeue_at_tail: scenario.has(Break::RequeueAtTail),
         always_clean: scenario.has(Break::HandoverAlwaysClean),
         unfenced_expiry: scenario.has(Break::UnfencedExpiry),
+        skip_without_parking: scenario.has(Break::SkipWithoutParking),
     };
     world.store.borrow_mut().durable.expiry =
         scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms));
@@ -146,6 +147,7 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
         config.request_timeout = request_timeout;
         config.session_timeout = Some(detection);
         config.takeover_delay = scenario.takeover_delay_ms.map(Duration::from_millis);
+        config.strict_partition_order = scenario.strict_partition_order;
         config.rng_seed = rng.random();
         config.start_offset = (i * usize::from(scenario.partitions) / scenario.workers) as u16;
         let host = WorkerHost {

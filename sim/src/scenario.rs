@@ -289,6 +289,10 @@ pub struct Scenario {
     /// Known-bad designs switched on (empty: the correct design).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breaks: Vec<Break>,
+    /// Partition FIFO: a failing head blocks its whole partition, as before parking (absent:
+    /// a failing key is parked and blocks only itself).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict_partition_order: bool,
     /// How partitions are leased (absent: session locks).
     #[serde(default, skip_serializing_if = "is_session_lock")]
     pub lease: LeaseModel,
@@ -432,6 +436,7 @@ impl Scenario {
             duration_ms: 120_000,
             procedure: Procedure::DrainAndSwitch,
             breaks: Vec::new(),
+            strict_partition_order: false,
             lease: LeaseModel::SessionLock,
         }
     }
@@ -543,6 +548,16 @@ impl Scenario {
                 }
             }
             Break::UnfencedExpiry => unfenced_expiry_trigger(&mut rng, &mut s),
+            Break::SkipWithoutParking => {
+                // A key that fails for a long stretch: every event's first three attempts are
+                // refused with a Retry-After, so its later events are queued behind a head
+                // that backs off.
+                let k = rng.random_range(0..s.keys.len());
+                s.keys[k].events = s.keys[k].events.max(4);
+                s.keys[k].endpoint.fail_first = 3;
+                s.keys[k].endpoint.retry_after_ms = Some(100);
+                s.keys[k].endpoint.poison.clear();
+            }
             Break::TwoReaders | Break::ParallelInPartition => {}
         }
         s.faults.sort_by_key(|f| f.at_ms);

@@ -44,11 +44,16 @@ pub enum Kind {
     Duplicate,
     /// A duplicate that arrived after a later event of its key.
     StaleDuplicate,
+    /// Milliseconds that events of healthy keys (never refused, never retried) waited, next in
+    /// line for their key, while another key of their partition was backing off: the cost of
+    /// head-of-line blocking, counted, not a violation. Near zero with parking; with partition
+    /// FIFO (`strict_partition_order`) it is every backoff of every failing key.
+    HeadOfLine,
 }
 
 impl Kind {
     /// Every kind, violations first, in report order.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Reorder,
         Kind::SplitKey,
         Kind::Lost,
@@ -57,6 +62,7 @@ impl Kind {
         Kind::Gap,
         Kind::Duplicate,
         Kind::StaleDuplicate,
+        Kind::HeadOfLine,
     ];
 
     /// Whether this kind breaks the design's contract (as opposed to being counted).
@@ -75,6 +81,7 @@ impl Kind {
             Kind::Gap => "gap",
             Kind::Duplicate => "duplicate",
             Kind::StaleDuplicate => "stale_duplicate",
+            Kind::HeadOfLine => "head_of_line",
         }
     }
 }
@@ -194,6 +201,7 @@ pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
                 Kind::Gap => rules::gaps(&index),
                 Kind::Duplicate => rules::duplicates(&index, false),
                 Kind::StaleDuplicate => rules::duplicates(&index, true),
+                Kind::HeadOfLine => rules::head_of_line(&index),
             };
             Finding { kind, count, first }
         })

@@ -195,6 +195,137 @@ pub(super) fn stalls(index: &Index<'_>, bound: std::time::Duration) -> Found {
     found
 }
 
+/// How long events of healthy keys waited behind a failing key of their partition, in ms.
+///
+/// An attempt failed when it was refused or the same event was sent again after it. A key with
+/// a failed attempt is failing; the others are healthy. A partition is blocked from a failed
+/// attempt's answer to that event's next attempt (or its resolution, or the end), except while
+/// it has a delivery out (then it is busy, not blocked: waiting behind a delivery in progress
+/// is the cost of one-in-flight, not of a failing key). An event of a
+/// healthy key is next in line from its enqueue or its key's previous resolution, whichever is
+/// later, to its first send; the count is the sum, over those events, of the blocked time of
+/// their partition within that span. The counterexample is the longest single wait.
+pub(super) fn head_of_line(index: &Index<'_>) -> Found {
+    let history = index.history;
+    let mut attempts: BTreeMap<Seq, Vec<&Delivery>> = BTreeMap::new();
+    for d in &history.deliveries {
+        attempts.entry(d.seq).or_default().push(d);
+    }
+    let mut failing: BTreeSet<&str> = BTreeSet::new();
+    let mut blocked: BTreeMap<PartitionId, Vec<(Time, Time)>> = BTreeMap::new();
+    for (seq, ds) in &mut attempts {
+        ds.sort_by_key(|d| d.sent_at);
+        for (i, d) in ds.iter().enumerate() {
+            let next = ds.get(i + 1).map(|n| n.sent_at);
+            if matches!(d.outcome, Outcome::Accepted) && next.is_none() {
+                continue;
+            }
+            failing.insert(d.key.as_str());
+            let from = d.finished_at.unwrap_or(d.arrived_at);
+            let to = next.or_else(|| index.resolved_at.get(seq).copied()).unwrap_or(history.end);
+            if to > from {
+                blocked.entry(d.partition).or_default().push((from, to));
+            }
+        }
+    }
+    let mut busy: BTreeMap<PartitionId, Vec<(Time, Time)>> = BTreeMap::new();
+    for d in &history.deliveries {
+        busy.entry(d.partition)
+            .or_default()
+            .push((d.sent_at, d.finished_at.unwrap_or(d.arrived_at)));
+    }
+    for (p, spans) in blocked.iter_mut() {
+        let out = busy.get_mut(p).map(|b| merge(std::mem::take(b))).unwrap_or_default();
+        *spans = subtract(merge(std::mem::take(spans)), &out);
+    }
+    let mut healthy: BTreeMap<&str, Vec<&Enqueued>> = BTreeMap::new();
+    for e in history.enqueued.iter().filter(|e| !failing.contains(e.key.as_str())) {
+        healthy.entry(e.key.as_str()).or_default().push(e);
+    }
+    let (mut total, mut longest) = (std::time::Duration::ZERO, None);
+    for events in healthy.values_mut() {
+        events.sort_by_key(|e| e.seq);
+        let mut previous = Time::ZERO;
+        for e in events.iter() {
+            let Some(sent) = attempts.get(&e.seq).and_then(|ds| ds.first()).map(|d| d.sent_at)
+            else {
+                continue;
+            };
+            let ready = e.at.max(previous);
+            previous = index.resolved_at.get(&e.seq).copied().unwrap_or(sent);
+            let spans = blocked.get(&e.partition).map_or(&[][..], Vec::as_slice);
+            let waited = overlap(spans, ready, sent);
+            total += waited;
+            if !waited.is_zero() && longest.is_none_or(|(w, _)| waited > w) {
+                longest = Some((waited, *e));
+            }
+        }
+    }
+    let first = longest.map(|(waited, e)| {
+        example(
+            &e.key,
+            vec![e.partition],
+            &[(&e.event_id, e.seq, e.at)],
+            format!(
+                "partition {}: seq {} of a healthy key waited {} ms behind a failing key",
+                e.partition,
+                e.seq,
+                waited.as_millis()
+            ),
+        )
+    });
+    (total.as_millis() as u64, first)
+}
+
+/// `spans` sorted and merged where they overlap or touch.
+fn merge(mut spans: Vec<(Time, Time)>) -> Vec<(Time, Time)> {
+    spans.sort();
+    let mut out: Vec<(Time, Time)> = Vec::with_capacity(spans.len());
+    for (a, b) in spans {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// The parts of `spans` outside `holes` (both merged).
+fn subtract(spans: Vec<(Time, Time)>, holes: &[(Time, Time)]) -> Vec<(Time, Time)> {
+    let mut out = Vec::new();
+    let mut h = 0;
+    for (mut a, b) in spans {
+        while h < holes.len() && holes[h].1 <= a {
+            h += 1;
+        }
+        let mut i = h;
+        while i < holes.len() && holes[i].0 < b {
+            if holes[i].0 > a {
+                out.push((a, holes[i].0));
+            }
+            a = a.max(holes[i].1);
+            i += 1;
+        }
+        if b > a {
+            out.push((a, b));
+        }
+    }
+    out
+}
+
+/// The time within `from..to` covered by `spans` (sorted, possibly overlapping).
+fn overlap(spans: &[(Time, Time)], from: Time, to: Time) -> std::time::Duration {
+    let (mut covered, mut reached) = (std::time::Duration::ZERO, from);
+    for &(a, b) in spans {
+        let (a, b) = (a.max(reached), b.min(to));
+        if b > a {
+            covered += b.saturating_since(a);
+            reached = b;
+        }
+    }
+    covered
+}
+
 /// Dead-lettered events followed by a delivery of a later event of their key.
 pub(super) fn gaps(index: &Index<'_>) -> Found {
     let mut found = (0, None);

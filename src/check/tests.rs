@@ -73,8 +73,10 @@ impl Builder {
     }
 }
 
+/// The findings with a count, leaving out the head-of-line figure (tested on its own).
 fn only(verdict: &Verdict) -> Vec<(Kind, u64)> {
-    verdict.findings.iter().filter(|f| f.count > 0).map(|f| (f.kind, f.count)).collect()
+    let counted = |f: &&Finding| f.count > 0 && f.kind != Kind::HeadOfLine;
+    verdict.findings.iter().filter(counted).map(|f| (f.kind, f.count)).collect()
 }
 
 #[test]
@@ -401,4 +403,34 @@ fn a_key_that_moves_within_a_layout_at_the_instant_it_drains_is_not_split() {
     b.layout = 1;
     b.enqueue(3, "a", 7).deliver(3).ack(3);
     assert_eq!(only(&b.verdict()), vec![]);
+}
+
+/// The head-of-line figure (issue #21): a healthy key waiting while a failing key of its
+/// partition backs off is counted; one served during the backoff, or on another partition, is
+/// not.
+#[test]
+fn healthy_keys_waiting_behind_a_failing_key_are_counted_in_ms() {
+    let blocked = |wait: u64, healthy_partition: u16| {
+        let mut b = Builder::default();
+        b.enqueue(1, "k", 0).enqueue(2, "h", healthy_partition);
+        // `k` is refused, then backs off for `wait` ms (the builder's clock ticks 1 ms a call).
+        b.deliver_with(1, Outcome::Rejected("HTTP 503".into()), 0);
+        b.now += wait;
+        b.deliver(1).ack(1).deliver(2).ack(2);
+        let v = b.verdict();
+        assert!(v.is_ok(), "{v}");
+        v.count(Kind::HeadOfLine)
+    };
+    // Behind: `h` is next in line from 2 ms; `k` blocks from its refusal at 3 ms until its
+    // retry at 504 ms, and `h` goes out only after that.
+    assert_eq!(blocked(500, 0), 501);
+    assert_eq!(blocked(500, 1), 0, "another partition is not held up");
+    // Parked: `h` goes out during `k`'s backoff.
+    let mut b = Builder::default();
+    b.enqueue(1, "k", 0).enqueue(2, "h", 0);
+    b.deliver_with(1, Outcome::Rejected("HTTP 503".into()), 0);
+    b.deliver(2).ack(2);
+    b.now += 500;
+    b.deliver(1).ack(1);
+    assert_eq!(b.verdict().count(Kind::HeadOfLine), 1, "only the one tick before h was sent");
 }

@@ -58,6 +58,10 @@ pub struct BenchArgs {
     /// Confirm that the database's queue tables may be emptied.
     #[arg(long)]
     yes: bool,
+    /// Drain the deliverer drains with partition FIFO (a failing event blocks its partition),
+    /// as before parking, to compare the two.
+    #[arg(long)]
+    strict_partition_order: bool,
 }
 
 /// Accepts everything at once, counting deliveries.
@@ -205,7 +209,7 @@ async fn deliveries(
                 move || Ok(stores.make()?),
                 args.events,
                 d,
-                bench_config(d, p),
+                bench_config(d, p, args.strict_partition_order),
                 args.loops,
             )?;
             print_rate(args.loops, p, d, rate, &mut noop);
@@ -308,13 +312,18 @@ async fn drain<S: Store>(
 }
 
 /// The configuration of loop `i` of a deliverer drain.
-fn bench_config(d: Delivery, partitions: i64) -> impl Fn(usize) -> WorkerConfig + Send + Sync {
+fn bench_config(
+    d: Delivery,
+    partitions: i64,
+    strict_partition_order: bool,
+) -> impl Fn(usize) -> WorkerConfig + Send + Sync {
     move |i| {
         let mut cfg = WorkerConfig::new(format!("bench-{d:?}-{partitions}-{i}"));
         cfg.delivery_timeout = Duration::from_millis(1000);
         cfg.rebalance_every = Duration::from_millis(100);
         cfg.idle_poll = Duration::from_millis(10);
         cfg.start_offset = i as u16;
+        cfg.strict_partition_order = strict_partition_order;
         cfg
     }
 }

@@ -69,6 +69,14 @@ pub struct WorkArgs {
     /// it). Must exceed the delivery timeout; default three times it.
     #[arg(long)]
     lease_expiry_ms: Option<u64>,
+    /// Keys of one partition parked at once while they back off (the partition delivers other
+    /// keys meanwhile); past it a failing key blocks its partition. 0 turns parking off.
+    #[arg(long, default_value_t = keyorder::drain::DEFAULT_MAX_PARKED_KEYS)]
+    max_parked_keys: usize,
+    /// Partition FIFO: a failing event blocks every key of its partition until it is delivered
+    /// or dead-lettered (by default it blocks only its own key).
+    #[arg(long)]
+    strict_partition_order: bool,
 }
 
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
@@ -95,6 +103,8 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         takeover_delay: None,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         session_bound: None,
+        max_parked_keys: args.max_parked_keys,
+        strict_partition_order: args.strict_partition_order,
     };
     if args.request_timeout_ms == 0 {
         return Err(BadInput("--request-timeout-ms must be greater than zero".into()).into());
@@ -160,6 +170,8 @@ struct LoopSettings {
     /// The server's bound on a silent session and how stale "last heard" may be (PostgreSQL);
     /// `None` for expiry leases (SQLite).
     session_bound: Option<(Duration, Duration)>,
+    max_parked_keys: usize,
+    strict_partition_order: bool,
 }
 
 impl LoopSettings {
@@ -171,6 +183,8 @@ impl LoopSettings {
         config.idle_poll = self.idle_poll;
         config.takeover_delay = self.takeover_delay;
         config.request_timeout = self.request_timeout;
+        config.max_parked_keys = self.max_parked_keys;
+        config.strict_partition_order = self.strict_partition_order;
         if let Some((timeout, margin)) = self.session_bound {
             config.session_timeout = Some(timeout);
             config.session_margin = margin;

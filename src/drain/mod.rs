@@ -11,8 +11,16 @@
 //! Guarantees, checked by paired `debug_assert!`s where an action is emitted and again where
 //! its result is applied:
 //!
-//! * at most one [`Action::Deliver`] is outstanding, and only for the head;
-//! * nothing past the head is delivered until the head is acknowledged or dead-lettered;
+//! * at most one [`Action::Deliver`] is outstanding, and only for the oldest row of a key that
+//!   is not parked;
+//! * nothing past a key's oldest row is delivered until that row is acknowledged or
+//!   dead-lettered: each key's events go out in `seq` order;
+//! * a head that fails and goes into backoff *parks* its key until its retry time (at most
+//!   [`DrainConfig::max_parked_keys`] keys at once): every [`Action::FetchHead`] names the
+//!   parked keys, and the store answers with the oldest row of any other key, so a failing key
+//!   holds up only itself. Past the bound, or with [`DrainConfig::strict_partition_order`], the
+//!   partition waits for its head as a partition-FIFO queue does. A lease loss or hand-back
+//!   forgets the parked set: the next holder starts from the partition's oldest row;
 //! * every action carries the epoch of the lease it was decided under;
 //! * after [`Input::LeaseLost`] no action touches the partition until a new lease with a larger
 //!   epoch is acquired, and a late delivery result is ignored (nothing is acknowledged);
@@ -38,7 +46,9 @@
 //! // After every input: carry out actions until there are none, then wait for the timeout.
 //! while let Some(action) = drain.poll_action() {
 //!     let input = match action {
-//!         Action::FetchHead { .. } => Input::HeadFetched(queue.front().cloned()),
+//!         Action::FetchHead { skip, .. } => {
+//!             Input::HeadFetched(queue.iter().find(|h| !skip.contains(&h.key)).cloned())
+//!         }
 //!         Action::Deliver { head, .. } => {
 //!             delivered.push(head.seq);
 //!             Input::DeliverySucceeded { seq: head.seq }
@@ -52,7 +62,7 @@
 //! assert!(drain.poll_timeout().is_some(), "an empty partition polls again later");
 //! ```
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -68,6 +78,57 @@ use timer::{Timer, TimerTable};
 
 /// How long an empty partition waits before it looks at its head again, by default.
 pub const DEFAULT_IDLE_POLL: Duration = Duration::from_millis(200);
+
+/// How many keys of one partition may be parked at once, by default.
+pub const DEFAULT_MAX_PARKED_KEYS: usize = 16;
+
+/// The keys a head read must skip: keys whose oldest row failed and waits for its retry time.
+///
+/// Sorted and without duplicates, so two equal sets compare (and serialise) equal; at most
+/// [`DrainConfig::max_parked_keys`] long. The first row in `seq` order whose key is not in the
+/// set is necessarily the oldest row of its key, so a store that returns that row keeps every
+/// key in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkedKeys(Vec<String>);
+
+impl ParkedKeys {
+    /// No key parked: the head read returns the partition's oldest row.
+    pub const NONE: ParkedKeys = ParkedKeys(Vec::new());
+
+    /// The set of `keys` (sorted, duplicates dropped).
+    pub fn new(keys: impl IntoIterator<Item = String>) -> Self {
+        let mut keys: Vec<String> = keys.into_iter().collect();
+        keys.sort();
+        keys.dedup();
+        Self(keys)
+    }
+
+    /// Whether no key is parked.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many keys are parked.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether `key` is parked.
+    pub fn contains(&self, key: &str) -> bool {
+        self.0.binary_search_by(|k| k.as_str().cmp(key)).is_ok()
+    }
+
+    /// The parked keys, in sorted order.
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+
+    /// Whether every key parked here is parked in `other` too: when not, a key was unparked
+    /// in between, and its oldest row may lie behind any read cursor.
+    pub fn is_subset(&self, other: &ParkedKeys) -> bool {
+        self.0.iter().all(|k| other.contains(k))
+    }
+}
 
 /// The head row of a partition as the store returned it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,12 +183,16 @@ pub enum Input {
 /// epoch of the lease it was decided under; the store must refuse it under any other epoch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Action {
-    /// Read the partition's head and answer with [`Input::HeadFetched`].
+    /// Read the partition's oldest row whose key is not in `skip` and answer with
+    /// [`Input::HeadFetched`].
     FetchHead {
         /// The partition.
         partition: PartitionId,
         /// The lease epoch.
         epoch: Epoch,
+        /// The parked keys, whose rows the read must pass over (empty under
+        /// [`DrainConfig::strict_partition_order`]).
+        skip: ParkedKeys,
     },
     /// Deliver the head to its endpoint and answer with a delivery input.
     Deliver {
@@ -254,6 +319,13 @@ pub struct DrainConfig {
     /// that a previous holder's in-flight delivery has ended (a store restart drops every
     /// lease at once while deliveries are still out).
     pub takeover_delay: Duration,
+    /// The most keys parked at once; past it a failing head blocks its partition. Zero turns
+    /// parking off.
+    pub max_parked_keys: usize,
+    /// Partition FIFO: a failing head blocks every key of its partition until it is delivered
+    /// or dead-lettered (no parking: the machine behaves, action for action, as it did before
+    /// parking existed).
+    pub strict_partition_order: bool,
 }
 
 impl DrainConfig {
@@ -265,6 +337,8 @@ impl DrainConfig {
             idle_poll: DEFAULT_IDLE_POLL,
             rng_seed,
             takeover_delay: Duration::ZERO,
+            max_parked_keys: DEFAULT_MAX_PARKED_KEYS,
+            strict_partition_order: false,
         }
     }
 }
@@ -292,6 +366,10 @@ pub struct Drain {
     release_pending: bool,
     /// The seq that was in flight when the lease was lost: its late result is ignored.
     orphaned: Option<Seq>,
+    /// Parked keys and when each is due again; ordered by key, so nothing depends on hashing.
+    parked: BTreeMap<String, Time>,
+    /// A key was unparked while a head read was out: an empty answer is read again at once.
+    unparked_while_fetching: bool,
     timers: TimerTable,
     actions: VecDeque<Action>,
 }
@@ -309,6 +387,8 @@ impl Drain {
             phase: Phase::Unowned,
             release_pending: false,
             orphaned: None,
+            parked: BTreeMap::new(),
+            unparked_while_fetching: false,
             timers: TimerTable::default(),
             actions: VecDeque::new(),
         }
@@ -327,6 +407,11 @@ impl Drain {
     /// Whether a lease is held.
     pub fn is_owned(&self) -> bool {
         self.epoch.is_some()
+    }
+
+    /// The keys parked now (their rows are skipped by head reads until their retry time).
+    pub fn parked(&self) -> ParkedKeys {
+        ParkedKeys(self.parked.keys().cloned().collect())
     }
 
     /// The row in flight and its attempt number, if a delivery is outstanding.
@@ -412,6 +497,7 @@ impl Drain {
             return Ok(());
         }
         match head {
+            None if self.unparked_while_fetching => self.fetch(epoch),
             None => {
                 self.phase = Phase::Empty;
                 self.timers.set(Timer::IdlePoll, self.now.saturating_add(self.config.idle_poll));
@@ -427,6 +513,12 @@ impl Drain {
                 self.dead_letter(epoch, head.seq, head.attempts, reason);
             }
             Some(head) => match head.not_before.filter(|t| *t > self.now) {
+                // Backing off (recorded by an earlier holder, or held by the barrier): park the
+                // key and look for another one.
+                Some(t) if self.can_park(&head.key) => {
+                    self.park(head.key, t);
+                    self.fetch(epoch);
+                }
                 Some(t) => {
                     self.timers.set(Timer::Retry, t);
                     self.phase = Phase::Waiting(head);
@@ -472,6 +564,11 @@ impl Drain {
                 });
                 if self.release_pending {
                     self.release(epoch);
+                    return Ok(());
+                }
+                if self.can_park(&head.key) {
+                    self.park(head.key, not_before);
+                    self.fetch(epoch);
                     return Ok(());
                 }
                 head.attempts = failures;
@@ -525,6 +622,10 @@ impl Drain {
 
     fn on_timer(&mut self, timer: Timer) {
         let Some(epoch) = self.epoch else { return };
+        if timer == Timer::Parked {
+            self.on_parked_due(epoch);
+            return;
+        }
         match (timer, std::mem::replace(&mut self.phase, Phase::Unowned)) {
             (Timer::IdlePoll, Phase::Empty) | (Timer::Takeover, Phase::TakingOver) => {
                 self.fetch(epoch)
@@ -537,9 +638,50 @@ impl Drain {
         }
     }
 
+    /// Unparks every key due by now; a partition that waits (empty, or blocked at the bound)
+    /// reads again at once, since the unparked key's row may be the head now.
+    fn on_parked_due(&mut self, epoch: Epoch) {
+        let now = self.now;
+        self.parked.retain(|_, due| *due > now);
+        self.arm_parked();
+        match self.phase {
+            Phase::Empty | Phase::Waiting(_) => {
+                self.timers.clear(Timer::IdlePoll);
+                self.timers.clear(Timer::Retry);
+                self.fetch(epoch);
+            }
+            Phase::Fetching => self.unparked_while_fetching = true,
+            Phase::Unowned | Phase::TakingOver | Phase::InFlight { .. } => {}
+        }
+    }
+
+    /// Whether a failing `key` may be parked: parking is on and the bound leaves room.
+    fn can_park(&self, key: &str) -> bool {
+        !self.config.strict_partition_order
+            && (self.parked.len() < self.config.max_parked_keys || self.parked.contains_key(key))
+    }
+
+    /// Parks `key` until `due`: head reads skip its rows until then.
+    fn park(&mut self, key: String, due: Time) {
+        debug_assert!(self.can_park(&key), "parked past the bound");
+        self.parked.insert(key, due);
+        self.arm_parked();
+    }
+
+    /// Arms the parked-key timer for the earliest due key, or clears it.
+    fn arm_parked(&mut self) {
+        match self.parked.values().min() {
+            Some(due) => self.timers.set(Timer::Parked, *due),
+            None => self.timers.clear(Timer::Parked),
+        }
+    }
+
     fn fetch(&mut self, epoch: Epoch) {
         self.phase = Phase::Fetching;
-        self.push(Action::FetchHead { partition: self.partition(), epoch });
+        self.unparked_while_fetching = false;
+        let skip = self.parked();
+        debug_assert!(skip.len() <= self.config.max_parked_keys, "parked past the bound");
+        self.push(Action::FetchHead { partition: self.partition(), epoch, skip });
     }
 
     fn fetch_or_release(&mut self, epoch: Epoch) {
@@ -573,11 +715,13 @@ impl Drain {
         self.drop_lease();
     }
 
-    /// Forgets the lease: no timer and nothing in flight survives it.
+    /// Forgets the lease: no timer, nothing in flight and no parked key survives it.
     fn drop_lease(&mut self) {
         self.epoch = None;
         self.phase = Phase::Unowned;
         self.release_pending = false;
+        self.parked.clear();
+        self.unparked_while_fetching = false;
         self.timers = TimerTable::default();
     }
 

@@ -12,11 +12,32 @@ fn policy() -> RetryPolicy {
         .expect("valid policy")
 }
 
+/// The machine of the tests below that predate parking: partition FIFO, as it was then (they
+/// pass unchanged, which is what `strict_partition_order` promises).
 fn machine() -> Drain {
     let mut config = DrainConfig::new(P, 42);
     config.retry = policy();
     config.idle_poll = Duration::from_millis(50);
+    config.strict_partition_order = true;
     Drain::new(config)
+}
+
+/// A machine that parks failing keys, at most `max_parked` at once.
+fn parking(max_parked: usize) -> Harness {
+    let mut config = DrainConfig::new(P, 42);
+    config.retry = policy();
+    config.idle_poll = Duration::from_millis(50);
+    config.max_parked_keys = max_parked;
+    Harness { drain: Drain::new(config), time: Time::ZERO }
+}
+
+fn keyed(seq: i64, key: &str) -> Head {
+    Head { key: key.into(), ..head(seq) }
+}
+
+fn fetch_skipping(epoch: u64, keys: &[&str]) -> Action {
+    let skip = ParkedKeys::new(keys.iter().map(|k| k.to_string()));
+    Action::FetchHead { partition: P, epoch: Epoch(epoch), skip }
 }
 
 fn head(seq: i64) -> Head {
@@ -73,7 +94,7 @@ impl Harness {
 }
 
 fn fetch(epoch: u64) -> Action {
-    Action::FetchHead { partition: P, epoch: Epoch(epoch) }
+    Action::FetchHead { partition: P, epoch: Epoch(epoch), skip: ParkedKeys::NONE }
 }
 
 fn deliver(epoch: u64, h: &Head, attempt: u32) -> Action {
@@ -198,6 +219,7 @@ fn lease_loss_while_waiting_cancels_the_retry_and_queued_actions() {
 fn backoff_stays_within_zero_and_cap() {
     for seed in 0..50 {
         let mut config = DrainConfig::new(P, seed);
+        config.strict_partition_order = true;
         config.retry =
             RetryPolicy::new(50, Duration::from_millis(100), Duration::from_millis(800)).unwrap();
         let mut h = Harness { drain: Drain::new(config), time: Time::from_millis(1000) };
@@ -346,4 +368,142 @@ fn a_backoff_that_ends_now_is_delivered_at_once() {
     due.not_before = Some(h.time);
     assert_eq!(h.input(Input::HeadFetched(Some(due.clone()))), vec![deliver(1, &due, 2)]);
     assert_eq!(h.drain.in_flight(), Some((Seq(10), 2)));
+}
+
+// Parking (issue #21): a failing key holds up only itself.
+
+#[test]
+fn a_failing_key_is_parked_and_the_partition_moves_on_to_another_key() {
+    let mut h = parking(16);
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(keyed(10, "a"))));
+    let actions = h.fail(10);
+    let [Action::ScheduleRetry { seq: Seq(10), not_before, .. }, next] = actions.as_slice() else {
+        panic!("expected a retry and a read, got {actions:?}");
+    };
+    let not_before = *not_before;
+    assert_eq!(*next, fetch_skipping(1, &["a"]), "the read passes over the parked key");
+    assert_eq!(h.drain.parked(), ParkedKeys::new(["a".to_string()]));
+    let b = keyed(12, "b");
+    assert_eq!(h.input(Input::HeadFetched(Some(b.clone()))), vec![deliver(1, &b, 1)]);
+    let done = h.input(Input::DeliverySucceeded { seq: Seq(12) });
+    assert_eq!(done[1], fetch_skipping(1, &["a"]), "a stays parked until its retry time");
+    // Nothing else is queued: the partition idles until `a` is due, then reads it again.
+    assert_eq!(h.input(Input::HeadFetched(None)), vec![]);
+    let mut reads = Vec::new();
+    for _ in 0..10 {
+        let fetched = h.step();
+        if fetched == vec![fetch(1)] {
+            break;
+        }
+        assert_eq!(fetched, vec![fetch_skipping(1, &["a"])], "only idle polls before a is due");
+        reads.push(h.time);
+        h.input(Input::HeadFetched(None));
+    }
+    assert_eq!(h.time, not_before, "a is read again exactly at its retry time");
+    assert!(h.drain.parked().is_empty());
+    let mut retried = keyed(10, "a");
+    retried.attempts = 1;
+    assert_eq!(h.input(Input::HeadFetched(Some(retried.clone()))), vec![deliver(1, &retried, 2)]);
+}
+
+#[test]
+fn a_key_unparked_while_a_read_is_out_is_read_again_at_once() {
+    let mut h = parking(16);
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(keyed(10, "a"))));
+    h.input(Input::DeliveryFailed {
+        seq: Seq(10),
+        error: "HTTP 503".into(),
+        retry_after: Some(Duration::from_millis(300)),
+    });
+    // The read skipping `a` is still out when `a` falls due.
+    h.time = Time::from_millis(800);
+    h.drain.handle_timeout(h.time);
+    assert_eq!(h.actions(), vec![]);
+    assert_eq!(h.input(Input::HeadFetched(None)), vec![fetch(1)], "an empty answer is stale");
+}
+
+#[test]
+fn a_retry_after_is_the_earliest_time_a_parked_key_is_read_again() {
+    let mut h = parking(16);
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(keyed(10, "a"))));
+    let actions = h.input(Input::DeliveryFailed {
+        seq: Seq(10),
+        error: "HTTP 503".into(),
+        retry_after: Some(Duration::from_millis(700)),
+    });
+    assert!(matches!(actions[0], Action::ScheduleRetry { not_before, .. }
+        if not_before == Time::from_millis(700)));
+    // The partition is empty but for `a`: idle polls skip it until 700 ms.
+    h.input(Input::HeadFetched(None));
+    while h.step() != vec![fetch(1)] {
+        assert!(h.time < Time::from_millis(700), "a read skipped a after its retry time");
+        h.input(Input::HeadFetched(None));
+    }
+    assert_eq!(h.time, Time::from_millis(700));
+}
+
+#[test]
+fn parked_keys_are_bounded_and_past_the_bound_the_partition_waits() {
+    let mut h = parking(2);
+    h.acquire(1);
+    for (seq, key, parked) in [(10, "a", vec!["a"]), (11, "b", vec!["a", "b"])] {
+        h.input(Input::HeadFetched(Some(keyed(seq, key))));
+        let actions = h.fail(seq);
+        assert_eq!(actions.len(), 2, "{actions:?}");
+        assert_eq!(actions[1], fetch_skipping(1, &parked));
+    }
+    h.input(Input::HeadFetched(Some(keyed(12, "c"))));
+    let actions = h.fail(12);
+    assert!(
+        matches!(actions.as_slice(), [Action::ScheduleRetry { seq: Seq(12), .. }]),
+        "a third key is not parked past the bound of two: {actions:?}"
+    );
+    assert_eq!(h.drain.parked().len(), 2);
+    assert_eq!(h.drain.in_flight(), None);
+}
+
+#[test]
+fn strict_partition_order_never_parks() {
+    let mut h = Harness::new();
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(keyed(10, "a"))));
+    let actions = h.fail(10);
+    assert!(matches!(actions.as_slice(), [Action::ScheduleRetry { .. }]), "{actions:?}");
+    assert!(h.drain.parked().is_empty());
+    assert_eq!(h.step(), vec![fetch(1)], "the head is read again, nothing else");
+}
+
+#[test]
+fn a_lease_loss_or_release_forgets_the_parked_keys() {
+    let mut h = parking(16);
+    h.acquire(1);
+    h.input(Input::HeadFetched(Some(keyed(10, "a"))));
+    h.fail(10);
+    h.input(Input::LeaseLost);
+    assert!(h.drain.parked().is_empty());
+    assert_eq!(h.drain.poll_timeout(), None, "no parked-key timer survives the lease");
+    assert_eq!(h.acquire(2), vec![fetch(2)], "the new lease starts from the oldest row");
+    h.input(Input::HeadFetched(Some(keyed(10, "a"))));
+    h.fail(10);
+    h.input(Input::HeadFetched(None));
+    assert_eq!(
+        h.input(Input::ReleaseRequested),
+        vec![Action::Release { partition: P, epoch: Epoch(2) }]
+    );
+    assert!(h.drain.parked().is_empty());
+}
+
+#[test]
+fn a_recorded_backoff_read_after_a_handover_parks_its_key() {
+    let mut h = parking(16);
+    h.acquire(1);
+    let mut waiting = keyed(10, "a");
+    waiting.attempts = 1;
+    waiting.not_before = Some(Time::from_millis(300));
+    assert_eq!(h.input(Input::HeadFetched(Some(waiting))), vec![fetch_skipping(1, &["a"])]);
+    let b = keyed(11, "b");
+    assert_eq!(h.input(Input::HeadFetched(Some(b.clone()))), vec![deliver(1, &b, 1)]);
 }

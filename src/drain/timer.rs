@@ -11,19 +11,27 @@ pub(super) enum Timer {
     IdlePoll = 1,
     /// A new lease may start delivering: the previous holder's delivery has timed out.
     Takeover = 2,
+    /// The earliest parked key is due again.
+    Parked = 3,
 }
 
-const TIMERS: [Timer; 3] = [Timer::Retry, Timer::IdlePoll, Timer::Takeover];
+/// Firing order. A due parked key fires first, so that a read started by another timer at the
+/// same instant already includes the unparked key.
+const TIMERS: [Timer; 4] = [Timer::Parked, Timer::Retry, Timer::IdlePoll, Timer::Takeover];
 
 /// One optional deadline per [`Timer`].
 #[derive(Clone, Debug, Default)]
 pub(super) struct TimerTable {
-    data: [Option<Time>; 3],
+    data: [Option<Time>; 4],
 }
 
 impl TimerTable {
     pub(super) fn set(&mut self, timer: Timer, at: Time) {
         self.data[timer as usize] = Some(at);
+    }
+
+    pub(super) fn clear(&mut self, timer: Timer) {
+        self.data[timer as usize] = None;
     }
 
     /// The earliest deadline.

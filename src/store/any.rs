@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 use crate::store::postgres::{PgControl, PgLease, PgStore};
@@ -125,8 +126,8 @@ impl LeaseSession for AnyLease {
         delegate!(&self.0, l => l.ready().await)
     }
 
-    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
-        delegate!(&mut self.0, l => l.fetch_head().await)
+    async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
+        delegate!(&mut self.0, l => l.fetch_head(skip).await)
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {

@@ -19,6 +19,7 @@
 
 use std::time::Duration;
 
+use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 
@@ -215,8 +216,11 @@ pub trait LeaseSession {
     /// Returns once this process may act; see [`Store::ready`].
     async fn ready(&self) {}
 
-    /// The partition's head row, if any.
-    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError>;
+    /// The partition's oldest row whose key is not in `skip` (the parked keys), if any, read
+    /// under the lease's fence. With `skip` empty that is the partition's head. A key missing
+    /// from `skip` that was in the previous call's `skip` was unparked: its oldest row may lie
+    /// behind any read cursor, and the read must find it.
+    async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError>;
 
     /// Deletes the delivered row `seq`.
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError>;

@@ -23,6 +23,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::clock::Clock;
+use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq, Time};
 use crate::liveness::LivenessConfig;
 use crate::routing::PartitionCount;
@@ -242,8 +243,8 @@ impl<L: LeaseSession, C: Clock> LeaseSession for TimedLease<L, C> {
         self.inner.ready().await;
     }
 
-    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
-        timed!(self, "fetch_head", self.inner.fetch_head())
+    async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
+        timed!(self, "fetch_head", self.inner.fetch_head(skip))
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {

@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 
 use crate::clock::Clock;
 use crate::deliver::Deliver;
-use crate::drain::{DrainConfig, DEFAULT_IDLE_POLL};
+use crate::drain::{DrainConfig, DEFAULT_IDLE_POLL, DEFAULT_MAX_PARKED_KEYS};
 use crate::ids::PartitionId;
 use crate::lease::rebalance;
 use crate::retry::RetryPolicy;
@@ -72,6 +72,11 @@ pub struct WorkerConfig {
     /// How long a new lease waits before its first read; `None` means the delivery timeout,
     /// the least that is safe (see [`DrainConfig::takeover_delay`]).
     pub takeover_delay: Option<Duration>,
+    /// The most keys of one partition parked at once (see [`DrainConfig::max_parked_keys`]).
+    pub max_parked_keys: usize,
+    /// Partition FIFO: a failing head blocks its whole partition (see
+    /// [`DrainConfig::strict_partition_order`]).
+    pub strict_partition_order: bool,
     /// Where lease changes and store failures are reported, if anywhere.
     pub observer: Option<Observer>,
     /// Loops of one process started together (`keyorder work --threads N`): each waits here
@@ -122,6 +127,8 @@ impl WorkerConfig {
             rng_seed: 0,
             start_offset: 0,
             takeover_delay: None,
+            max_parked_keys: DEFAULT_MAX_PARKED_KEYS,
+            strict_partition_order: false,
             observer: None,
             start_together: None,
             #[cfg(test)]
@@ -346,6 +353,8 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
         let mut drain = DrainConfig::new(partition, seed);
         drain.retry = self.config.retry;
         drain.idle_poll = self.config.idle_poll;
+        drain.max_parked_keys = self.config.max_parked_keys;
+        drain.strict_partition_order = self.config.strict_partition_order;
         // A previous holder may not know it lost this lease (a store restart drops every lease
         // at once) and may have one delivery out: wait until that delivery has timed out. After
         // a clean hand-back (recorded under the lease) no delivery can be out: start at once.

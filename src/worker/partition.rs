@@ -157,10 +157,10 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
     ) -> Result<Turn, Stop> {
         while let Some(action) = drain.poll_action() {
             match action {
-                Action::FetchHead { .. } => {
+                Action::FetchHead { skip, .. } => {
                     // The takeover wait is over: no earlier holder's delivery is still out.
                     self.inherited = false;
-                    let head = lease.fetch_head().await?;
+                    let head = lease.fetch_head(&skip).await?;
                     let now = self.clock.now();
                     self.feed(drain, Input::HeadFetched(head.map(|h| to_head(h, now))))
                         .map_err(Stop::Refused)?;

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use super::*;
 use crate::clock::TokioClock;
 use crate::deliver::DeliverError;
-use crate::drain::Head;
+use crate::drain::{Head, ParkedKeys};
 use crate::ids::{Epoch, Seq, Time};
 use crate::routing::PartitionCount;
 use crate::store::StoredHead;
@@ -225,7 +225,7 @@ impl LeaseSession for FakeLease {
         Ok(())
     }
 
-    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+    async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
         let (hang, delay) = {
             let db = self.db.borrow();
             (db.hang_fetch.contains(&self.partition), db.fetch_delay)
@@ -237,8 +237,11 @@ impl LeaseSession for FakeLease {
         let (partition, epoch, now) = (self.partition, self.epoch, self.clock.now());
         let mut db = self.fenced().await?;
         db.fetches.push((partition, epoch, now));
-        let head =
-            db.queues.get(&partition).and_then(|q| q.iter().next()).map(|(seq, row)| StoredHead {
+        let head = db
+            .queues
+            .get(&partition)
+            .and_then(|q| q.iter().find(|(_, row)| !skip.contains(&row.key)))
+            .map(|(seq, row)| StoredHead {
                 seq: *seq,
                 event_id: row.event_id.clone(),
                 key: row.key.clone(),

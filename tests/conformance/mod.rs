@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use keyorder::drain::ParkedKeys;
 use keyorder::key::Event;
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError};
 use keyorder::{PartitionCount, PartitionId, Router};
@@ -80,7 +81,10 @@ async fn take_over<S: Store>(s: &S, p: u16) -> S::Lease {
 async fn drain_all<L: LeaseSession>(lease: &mut L) -> Vec<i64> {
     let mut seqs = Vec::new();
     for _ in 0..10_000 {
-        let Some(h) = lease.fetch_head().await.expect("fetch") else { return seqs };
+        let Some(h) = lease.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.expect("fetch")
+        else {
+            return seqs;
+        };
         seqs.push(h.seq.0);
         lease.ack(h.seq).await.expect("ack");
     }
@@ -147,7 +151,7 @@ pub async fn fencing_after_lease_loss<F: Fixture>(fx: &F) {
     fx.enqueue(&events).await;
     let (a, b) = (fx.store(), fx.store());
     let mut old = lease(&a, 0).await;
-    let head = old.fetch_head().await.unwrap().expect("a head");
+    let head = old.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().expect("a head");
     fx.break_lease(PartitionId(0)).await;
     let new = take_over(&b, 0).await;
     // PostgreSQL serves rows it read ahead for up to its ack delay (50 ms) after it last heard
@@ -157,7 +161,7 @@ pub async fn fencing_after_lease_loss<F: Fixture>(fx: &F) {
     assert_eq!(new.handover(), Handover::Unclean, "a lost lease is an unclean handover");
     // The old holder may buffer the acknowledgement, but it must never reach the table.
     let acked = old.ack(head.seq).await;
-    let next = old.fetch_head().await;
+    let next = old.fetch_head(&keyorder::drain::ParkedKeys::NONE).await;
     let released = old.release(Handover::Clean).await;
     assert!(next.is_err(), "a lost lease read the next head: {next:?}");
     assert!(acked.is_err() || released.is_err(), "the lost lease's acknowledgement went through");
@@ -172,7 +176,10 @@ pub async fn fencing_after_lease_loss<F: Fixture>(fx: &F) {
     }
     assert_eq!(fx.queued().await.len(), 3, "a lost lease acknowledged a row");
     let mut new = new;
-    assert_eq!(new.fetch_head().await.unwrap().map(|h| h.seq), Some(head.seq));
+    assert_eq!(
+        new.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().map(|h| h.seq),
+        Some(head.seq)
+    );
 }
 
 /// A failed attempt is recorded with its error and backoff (`not_before`): the head comes back
@@ -181,10 +188,10 @@ pub async fn retry_bookkeeping<F: Fixture>(fx: &F) {
     fx.enqueue(&[event("r0", &key_on(1, 0)), event("r1", &key_on(1, 0))]).await;
     let s = fx.store();
     let mut l = lease(&s, 1).await;
-    let head = l.fetch_head().await.unwrap().unwrap();
+    let head = l.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().unwrap();
     assert_eq!((head.attempts, head.wait, head.last_error.clone()), (0, None, None));
     l.schedule_retry(head.seq, 1, Duration::from_secs(30), "HTTP 503").await.unwrap();
-    let again = l.fetch_head().await.unwrap().unwrap();
+    let again = l.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().unwrap();
     assert_eq!(again.seq, head.seq, "the retried row stays the head");
     assert_eq!(again.attempts, 1);
     assert_eq!(again.last_error.as_deref(), Some("HTTP 503"));
@@ -192,7 +199,7 @@ pub async fn retry_bookkeeping<F: Fixture>(fx: &F) {
     assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30), "{wait:?}");
     assert_eq!(fx.row(head.seq.0).await, Some((1, Some("HTTP 503".into()))));
     l.schedule_retry(head.seq, 2, Duration::ZERO, "timeout").await.unwrap();
-    let due = l.fetch_head().await.unwrap().unwrap();
+    let due = l.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().unwrap();
     assert_eq!((due.attempts, due.wait), (2, None), "a due retry has no wait");
     assert_eq!(fx.lag().await, vec![(1, 2, 2)], "lag shows depth 2 and the head's attempts");
 }
@@ -203,12 +210,12 @@ pub async fn dead_letter_moves_atomically<F: Fixture>(fx: &F) {
     fx.enqueue(&[event("d0", &key_on(2, 0)), event("d1", &key_on(2, 0))]).await;
     let s = fx.store();
     let mut l = lease(&s, 2).await;
-    let head = l.fetch_head().await.unwrap().unwrap();
+    let head = l.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().unwrap();
     l.dead_letter(head.seq, 5, "HTTP 500 five times").await.unwrap();
     assert_eq!(fx.dead().await, vec![(head.seq.0, "d0".into(), 5, "HTTP 500 five times".into())]);
     let queued: Vec<i64> = fx.queued().await.iter().map(|(s, _)| *s).collect();
     assert!(!queued.contains(&head.seq.0), "the dead-lettered row is still queued");
-    let next = l.fetch_head().await.unwrap().unwrap();
+    let next = l.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().unwrap();
     assert_eq!(next.event_id, "d1");
     // A lost lease cannot dead-letter: neither table changes.
     fx.break_lease(PartitionId(2)).await;
@@ -216,6 +223,49 @@ pub async fn dead_letter_moves_atomically<F: Fixture>(fx: &F) {
     assert!(l.dead_letter(next.seq, 5, "late").await.is_err(), "a lost lease dead-lettered");
     assert_eq!(fx.dead().await.len(), 1);
     assert_eq!(fx.queued().await.len(), 1);
+}
+
+/// A head read passes over the rows of parked keys (the first row left is its key's oldest),
+/// under the same fence; once a key is unparked its oldest row, behind every row read since,
+/// is the head again (a read cursor or read-ahead buffer must not hide it).
+pub async fn parked_keys_are_skipped_then_found_again<F: Fixture>(fx: &F) {
+    let (a, b) = (key_on(0, 0), key_on(0, 1));
+    let names = ["a0", "b0", "a1", "b1", "b2", "b3"];
+    let events: Vec<Event> =
+        names.iter().map(|n| event(n, if n.starts_with('a') { &a } else { &b })).collect();
+    fx.enqueue(&events).await;
+    let s = fx.store();
+    let mut l = lease(&s, 0).await;
+    let none = ParkedKeys::NONE;
+    let parked = ParkedKeys::new([a.clone()]);
+    let head = l.fetch_head(&none).await.unwrap().unwrap();
+    assert_eq!(head.event_id, "a0");
+    l.schedule_retry(head.seq, 1, Duration::from_secs(30), "HTTP 503").await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let h = l.fetch_head(&parked).await.unwrap().expect("b's rows are left");
+        got.push(h.event_id.clone());
+        l.ack(h.seq).await.unwrap();
+    }
+    assert_eq!(got, ["b0", "b1"], "a parked key's later row was served, or b out of order");
+    // Unparked: a0 is the head again, though b2 and b3 come after the last acknowledged row.
+    let again = l.fetch_head(&none).await.unwrap().unwrap();
+    assert_eq!((again.event_id.as_str(), again.attempts), ("a0", 1), "the unparked head is lost");
+    l.ack(again.seq).await.unwrap();
+    let order: Vec<String> = {
+        let mut v = Vec::new();
+        while let Some(h) = l.fetch_head(&none).await.unwrap() {
+            v.push(h.event_id.clone());
+            l.ack(h.seq).await.unwrap();
+            assert!(v.len() <= names.len(), "rows served twice");
+        }
+        v
+    };
+    assert_eq!(order, ["a1", "b2", "b3"]);
+    // The skipping read is fenced like any other.
+    fx.break_lease(PartitionId(0)).await;
+    let _taker = take_over(&fx.store(), 0).await;
+    assert!(l.fetch_head(&parked).await.is_err(), "a lost lease read past a parked key");
 }
 
 /// A duplicate event id is reported and skipped; the rest of the batch goes in.
@@ -267,6 +317,7 @@ pub async fn all<F: Fixture, Fut: std::future::Future<Output = F>>(
     fencing_after_lease_loss(&make("fencing").await).await;
     retry_bookkeeping(&make("retry").await).await;
     dead_letter_moves_atomically(&make("dlq").await).await;
+    parked_keys_are_skipped_then_found_again(&make("parked").await).await;
     duplicate_event_id(&make("dup").await).await;
     lag_and_membership(&make("lag").await).await;
 }

@@ -4,6 +4,7 @@
 
 mod behaviour;
 mod dead_letter;
+mod parking;
 mod policy;
 mod server;
 mod signing;

@@ -51,7 +51,10 @@ fn one_session_per_partition_and_a_killed_holder_hands_over() {
         };
         assert!(lease.epoch() > held.epoch(), "the new lease has a newer epoch");
         // The old holder is fenced: its session is gone, so it cannot read the head.
-        assert!(held.fetch_head().await.is_err(), "a killed session still read the head");
+        assert!(
+            held.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.is_err(),
+            "a killed session still read the head"
+        );
     });
 }
 

@@ -125,7 +125,10 @@ fn the_fencing_check_fails_without_the_fence() {
             .unwrap();
         fx.break_lease(PartitionId(0)).await;
         let _new = fx.store().acquire(PartitionId(0)).await.unwrap().expect("taken over");
-        assert!(old.fetch_head().await.is_err(), "fenced: the old holder is refused");
+        assert!(
+            old.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.is_err(),
+            "fenced: the old holder is refused"
+        );
         // Break the fence: make the row say the old holder still holds it.
         fx.conn()
             .execute(
@@ -133,7 +136,10 @@ fn the_fencing_check_fails_without_the_fence() {
                 rusqlite::params![holder, old.epoch().0 as i64],
             )
             .unwrap();
-        assert!(old.fetch_head().await.is_ok(), "unfenced, the old holder reads again");
+        assert!(
+            old.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.is_ok(),
+            "unfenced, the old holder reads again"
+        );
     });
 }
 
@@ -151,7 +157,10 @@ fn leases_expire_unrenewed_and_renewal_keeps_them() {
         let s = SqliteStore::new(&fx.file, count(), o, TokioClock::start()).unwrap();
         let mut held = s.acquire(PartitionId(0)).await.unwrap().unwrap();
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        assert!(held.fetch_head().await.unwrap().is_some(), "renewed: still held after 1 s");
+        assert!(
+            held.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().is_some(),
+            "renewed: still held after 1 s"
+        );
         assert!(s.acquire(PartitionId(0)).await.unwrap().is_none(), "and still exclusive");
         // Stop the renewal as a stopped process would: freeze the row's expiry in the past.
         let row = keyorder::store::sqlite::lease_row(&fx.conn(), PartitionId(0)).unwrap().unwrap();
@@ -159,7 +168,7 @@ fn leases_expire_unrenewed_and_renewal_keeps_them() {
         assert!(!row.clean, "a held lease is unclean until released");
         fx.break_lease(PartitionId(0)).await;
         assert!(matches!(
-            held.fetch_head().await,
+            held.fetch_head(&keyorder::drain::ParkedKeys::NONE).await,
             Err(keyorder::store::StoreError::LeaseNotHeld { .. })
         ));
     });
@@ -181,8 +190,10 @@ fn a_shared_flush_deletes_only_the_rows_of_leases_still_held() {
         let s = SqliteStore::new(&fx.file, count(), o, TokioClock::start()).unwrap();
         let mut lost = s.acquire(PartitionId(0)).await.unwrap().unwrap();
         let mut live = s.acquire(PartitionId(1)).await.unwrap().unwrap();
-        let a = lost.fetch_head().await.unwrap().expect("a0 queued");
-        let b = live.fetch_head().await.unwrap().expect("b0 queued");
+        let a =
+            lost.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().expect("a0 queued");
+        let b =
+            live.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().expect("b0 queued");
         lost.ack(a.seq).await.unwrap();
         assert_eq!(fx.queued().await.len(), 2, "one fresh ack: nothing deleted yet");
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -193,7 +204,10 @@ fn a_shared_flush_deletes_only_the_rows_of_leases_still_held() {
             vec![(a.seq.0, 0)],
             "the live lease's row is deleted, the lost lease's row stays queued"
         );
-        assert!(matches!(lost.fetch_head().await, Err(StoreError::LeaseNotHeld { .. })));
+        assert!(matches!(
+            lost.fetch_head(&keyorder::drain::ParkedKeys::NONE).await,
+            Err(StoreError::LeaseNotHeld { .. })
+        ));
         assert!(matches!(lost.ack(a.seq).await, Err(StoreError::LeaseNotHeld { .. })));
     });
 }

@@ -63,6 +63,10 @@ pub struct ScenarioSource {
     /// Switch on a known-bad design from the catalogue (the checker must catch it).
     #[arg(long = "break", value_enum, value_name = "NAME")]
     broken: Option<Break>,
+    /// Partition FIFO: a failing head blocks its whole partition, as before parking (by
+    /// default a failing key is parked and blocks only itself).
+    #[arg(long)]
+    strict_partition_order: bool,
 }
 
 impl ScenarioSource {
@@ -78,6 +82,12 @@ impl ScenarioSource {
 
     /// The scenario of `seed`.
     fn for_seed(&self, loaded: &Option<Scenario>, seed: u64) -> Scenario {
+        let mut scenario = self.scenario_of(loaded, seed);
+        scenario.strict_partition_order |= self.strict_partition_order;
+        scenario
+    }
+
+    fn scenario_of(&self, loaded: &Option<Scenario>, seed: u64) -> Scenario {
         match (loaded, self.broken) {
             (Some(s), None) => s.clone(),
             (Some(s), Some(b)) => {
@@ -98,6 +108,9 @@ impl ScenarioSource {
         };
         if let Some(b) = self.broken {
             flags.push_str(&format!(" --break {}", b.name()));
+        }
+        if self.strict_partition_order {
+            flags.push_str(" --strict-partition-order");
         }
         flags
     }

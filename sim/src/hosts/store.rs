@@ -20,6 +20,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::check::{Acked, DeadLettered, Enqueued, LeaseChange, LeaseEvent};
+use keyorder::drain::ParkedKeys;
 use keyorder::repartition::{barrier, Barrier, DEFAULT_HOLD_POLL};
 use keyorder::{Epoch, PartitionId, Seq, Time};
 use turmoil::net::TcpListener;
@@ -134,6 +135,9 @@ pub struct StoreBreaks {
     /// `unfenced-expiry`: queue statements on an expiry lease check only that the partition has
     /// an unexpired lease, not that it is theirs, and renew whichever it is.
     pub unfenced_expiry: bool,
+    /// `skip-without-parking`: a head read passes over the rows that are backing off but
+    /// serves the same key's later rows.
+    pub skip_without_parking: bool,
 }
 
 #[derive(Debug, Default)]
@@ -352,7 +356,9 @@ impl StoreState {
                 rec.log(at, "store", format_args!("p{partition} handed back {how}"));
                 StoreResponse::Ok
             }
-            R::FetchHead { partition, .. } => StoreResponse::Head(self.head(partition, at)),
+            R::FetchHead { partition, skip, .. } => {
+                StoreResponse::Head(self.head(partition, at, &skip))
+            }
             R::Ack { partition, seq, .. } => {
                 if let Some(row) = self.durable.dequeue(partition, seq) {
                     let mut rec = rec.borrow_mut();
@@ -607,9 +613,18 @@ impl StoreState {
 
     /// The partition's head. A head held by the online repartition's barrier comes back with
     /// a short wait, like a recorded backoff: the worker looks again without an attempt.
-    fn head(&self, partition: PartitionId, at: Time) -> Option<WireHead> {
+    ///
+    /// The rows of the keys in `skip` (parked by the drain) are passed over: the first row
+    /// left is its key's oldest. The `skip-without-parking` design passes over the rows that
+    /// are backing off instead, whatever their key, so a failing key's later rows go first.
+    fn head(&self, partition: PartitionId, at: Time, skip: &ParkedKeys) -> Option<WireHead> {
         let range = (partition, Seq(i64::MIN))..=(partition, Seq(i64::MAX));
-        let ((_, seq), row) = self.durable.rows.range(range).next()?;
+        let mut rows = self.durable.rows.range(range);
+        let ((_, seq), row) = if self.durable.breaks.skip_without_parking {
+            rows.find(|(_, row)| row.not_before.is_none_or(|t| t <= at))?
+        } else {
+            rows.find(|(_, row)| !skip.contains(&row.key))?
+        };
         let oldest = self.durable.oldest_layout(&row.key).unwrap_or(row.layout);
         let backoff = row.not_before.filter(|t| *t > at).map(|t| t.saturating_since(at));
         let wait = match barrier(row.layout, oldest) {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use keyorder::clock::Clock;
 use keyorder::deliver::{Deliver, DeliverError};
-use keyorder::drain::Head;
+use keyorder::drain::{Head, ParkedKeys};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
@@ -409,8 +409,12 @@ impl LeaseSession for SimLease {
         }
     }
 
-    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
-        let req = StoreRequest::FetchHead { partition: self.partition, epoch: self.epoch };
+    async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
+        let req = StoreRequest::FetchHead {
+            partition: self.partition,
+            epoch: self.epoch,
+            skip: skip.clone(),
+        };
         match self.fenced(req, "fetch_head").await? {
             StoreResponse::Head(head) => Ok(head.map(|h| StoredHead {
                 seq: h.seq,

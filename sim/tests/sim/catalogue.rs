@@ -105,3 +105,8 @@ fn an_always_clean_handover_is_caught_as_concurrent() {
 fn an_unfenced_expiry_lease_is_caught_as_concurrent() {
     check(Break::UnfencedExpiry);
 }
+
+#[test]
+fn skip_without_parking_is_caught_as_reorder() {
+    check(Break::SkipWithoutParking);
+}

@@ -181,15 +181,19 @@ fn the_unfenced_expiry_switch_lets_an_expired_holder_advance_the_partition() {
         fx.enqueue(&[suite::event("u0", &key), suite::event("u1", &key)]).await;
         let (a, b) = (fx.store(), fx.store());
         let mut old = a.acquire(PartitionId(0)).await.unwrap().expect("a free partition");
-        let head = old.fetch_head().await.unwrap().expect("a head");
+        let head =
+            old.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().expect("a head");
         fx.break_lease(PartitionId(0)).await;
         let new = b.acquire(PartitionId(0)).await.unwrap().expect("the expired lease is free");
         assert!(new.epoch() > old.epoch());
-        let fenced = old.fetch_head().await;
+        let fenced = old.fetch_head(&keyorder::drain::ParkedKeys::NONE).await;
         assert!(matches!(fenced, Err(StoreError::LeaseNotHeld { .. })), "{fenced:?}");
 
         shared.state.borrow_mut().durable.breaks.unfenced_expiry = true;
-        let unfenced = old.fetch_head().await.expect("unfenced, the old holder reads on");
+        let unfenced = old
+            .fetch_head(&keyorder::drain::ParkedKeys::NONE)
+            .await
+            .expect("unfenced, the old holder reads on");
         assert_eq!(unfenced.map(|h| h.seq), Some(head.seq), "the new holder's head");
         old.ensure_lasts(Duration::from_millis(400)).await.expect("and trusts the answered expiry");
         old.ack(head.seq).await.expect("unfenced, the old holder acknowledges");

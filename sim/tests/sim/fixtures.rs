@@ -37,6 +37,7 @@ pub fn clean() -> Scenario {
         duration_ms: 30_000,
         procedure: Default::default(),
         breaks: vec![],
+        strict_partition_order: false,
         lease: Default::default(),
     }
 }

@@ -11,6 +11,7 @@ mod conformance;
 mod determinism;
 mod fixtures;
 mod html;
+mod parking;
 mod plan;
 mod regressions;
 mod snapshots;

@@ -15,6 +15,9 @@
 //!   (behind the cursor) is still found. Acknowledgements are deleted in batches, at most
 //!   `ack_batch` rows or `ack_delay` old; rows read ahead are served only while the session was
 //!   heard from within `ack_delay`, so a silently lost lease stops delivery promptly.
+//! * **Parked keys** (the drain's `skip`) are passed over in the head query
+//!   (`partition_key <> ALL($4)`) and never served from the read-ahead. When a key is unparked
+//!   its oldest row lies behind the cursor, so the read after an unpark is a full read.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -22,6 +25,7 @@ use std::time::Duration;
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::clock::{Clock, TokioClock};
+use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq, Time};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
@@ -291,6 +295,7 @@ impl Store for PgStore {
             clock: self.clock,
             cursor: 0,
             ahead: VecDeque::new(),
+            skipped: ParkedKeys::NONE,
             acks: Vec::new(),
             oldest_ack: None,
             heard_at: now,
@@ -344,8 +349,10 @@ pub struct PgLease {
     clock: TokioClock,
     /// The last acknowledged seq: head reads start after it.
     cursor: i64,
-    /// Rows read ahead, head first.
+    /// Rows read ahead, head first, none of a key in `skipped`.
     ahead: VecDeque<StoredHead>,
+    /// The parked keys the last head read passed over.
+    skipped: ParkedKeys,
     /// Acknowledged seqs not yet deleted.
     acks: Vec<i64>,
     oldest_ack: Option<Time>,
@@ -363,6 +370,8 @@ pub struct PgLease {
 struct Prepared {
     /// `HEAD_COLUMNS` of up to `$3` rows after seq `$2` of partition `$1`.
     read_ahead: Statement,
+    /// The same, passing over the rows of the keys `$4` (the parked keys).
+    read_ahead_skip: Statement,
     /// Deletes the acknowledged seqs `$2` of partition `$1`.
     delete_acks: Statement,
     /// Proves the session alive.
@@ -388,8 +397,12 @@ impl PgLease {
             let read_ahead = format!(
                 "SELECT {HEAD_COLUMNS} FROM delivery_queue q WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3"
             );
+            let read_ahead_skip = format!(
+                "SELECT {HEAD_COLUMNS} FROM delivery_queue q WHERE partition = $1 AND seq > $2 AND partition_key <> ALL($4::text[]) ORDER BY seq LIMIT $3"
+            );
             let prepared = Prepared {
                 read_ahead: self.client.prepare(&read_ahead).await?,
+                read_ahead_skip: self.client.prepare(&read_ahead_skip).await?,
                 delete_acks: self
                     .client
                     .prepare("DELETE FROM delivery_queue WHERE partition = $1 AND seq = ANY($2)")
@@ -418,8 +431,15 @@ impl PgLease {
     }
 
     async fn read_ahead(&mut self, from: i64) -> Result<(), StoreError> {
-        let read = self.prepared().await?.read_ahead.clone();
-        let rows = self.client.query(&read, &[&self.p(), &from, &self.options.read_ahead]).await?;
+        let rows = if self.skipped.is_empty() {
+            // Without parked keys the statement of old: the hot path pays nothing for parking.
+            let read = self.prepared().await?.read_ahead.clone();
+            self.client.query(&read, &[&self.p(), &from, &self.options.read_ahead]).await?
+        } else {
+            let read = self.prepared().await?.read_ahead_skip.clone();
+            let skip = self.skipped.as_slice();
+            self.client.query(&read, &[&self.p(), &from, &self.options.read_ahead, &skip]).await?
+        };
         self.heard();
         self.ahead.clear();
         self.held = false;
@@ -475,9 +495,16 @@ impl LeaseSession for PgLease {
         }
     }
 
-    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+    async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
         let now = self.clock.now();
-        let full = now.saturating_since(self.full_scan_at) >= self.options.full_scan_every;
+        let mut full = now.saturating_since(self.full_scan_at) >= self.options.full_scan_every;
+        if self.skipped != *skip {
+            // A key was parked (its rows may be read ahead) or unparked (its oldest row lies
+            // behind the cursor, so only a full read finds it): drop the read-ahead.
+            full |= !self.skipped.is_subset(skip);
+            self.ahead.clear();
+            self.skipped = skip.clone();
+        }
         if !full && !self.ahead.is_empty() && !self.held {
             // A row read ahead is served only while the session is known alive (and with it
             // the lock): after `ack_delay` without contact, one round trip proves it again —

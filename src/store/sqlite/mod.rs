@@ -34,7 +34,10 @@
 //!   (and whenever a partition runs empty or writes anything else): each lease's rows only
 //!   after its own fenced renewal in that transaction (see `acks`). A lost lease acknowledges
 //!   nothing, and its unflushed rows are delivered again by the next holder. Heads are read after the last acknowledged seq: SQLite serialises writers, so seq
-//!   order is commit order and no row can commit behind it.
+//!   order is commit order and no row can commit behind it. A head read passes over the
+//!   parked keys' rows (the drain's `skip`); once a key is unparked its oldest row lies behind
+//!   that cursor, so the read after an unpark deletes the buffered acknowledgements and reads
+//!   from the partition's start.
 //! * **Membership.** `keyorder_member` has a row per connected worker session, renewed every
 //!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
 //!   `keyorder work` processes on one file share the partitions fairly.
@@ -54,6 +57,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::clock::{Clock, TokioClock};
+use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
@@ -292,6 +296,7 @@ impl Store for SqliteStore {
             options: self.options,
             registry: self.shared.registry.clone(),
             cursor: 0,
+            skipped: ParkedKeys::NONE,
             acks: self.shared.acks.clone(),
         }))
     }
@@ -381,41 +386,47 @@ impl Fence {
         }
     }
 
-    /// The head after `cursor`, in the same statement as the lease check: `None` when the
-    /// lease is not held; `Some((lasts a delivery timeout longer, head))` when it is.
+    /// The head after `cursor` (the oldest row whose key is not in `skip`, a JSON array of
+    /// parked keys), in the same statement as the lease check: `None` when the lease is not
+    /// held; `Some((lasts a delivery timeout longer, head))` when it is.
     fn held_head(
         &self,
         c: &Connection,
         cursor: i64,
+        skip: Option<&str>,
     ) -> Result<Option<(bool, Option<StoredHead>)>, StoreError> {
-        let mut stmt = c.prepare_cached(HEAD_SQL)?;
-        let row = stmt
-            .query_row(
-                params![self.p(), cursor, self.holder, self.epoch.0 as i64, self.margin],
-                |r| {
-                    let lasts: bool = r.get(0)?;
-                    let Some(seq) = r.get::<_, Option<i64>>(1)? else { return Ok((lasts, None)) };
-                    let wait: f64 = r.get(6)?;
-                    let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
-                    if r.get::<_, bool>(8)? {
-                        // The barrier holds this row: a short wait, no attempt spent.
-                        wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
-                    }
-                    Ok((
-                        lasts,
-                        Some(StoredHead {
-                            seq: Seq(seq),
-                            event_id: r.get(2)?,
-                            key: r.get(3)?,
-                            payload: r.get(4)?,
-                            attempts: r.get::<_, i64>(5)?.clamp(0, i64::from(u32::MAX)) as u32,
-                            wait,
-                            last_error: r.get(7)?,
-                        }),
-                    ))
-                },
-            )
-            .optional()?;
+        // Without parked keys the statement of old, so the hot path pays nothing for parking.
+        let mut stmt = c.prepare_cached(if skip.is_some() { HEAD_SKIP_SQL } else { HEAD_SQL })?;
+        let (p, holder, epoch) = (self.p(), &self.holder, self.epoch.0 as i64);
+        let mut rows = match skip {
+            Some(skip) => stmt.query(params![p, cursor, holder, epoch, self.margin, skip])?,
+            None => stmt.query(params![p, cursor, holder, epoch, self.margin])?,
+        };
+        let row = rows
+            .next()?
+            .map(|r| -> rusqlite::Result<(bool, Option<StoredHead>)> {
+                let lasts: bool = r.get(0)?;
+                let Some(seq) = r.get::<_, Option<i64>>(1)? else { return Ok((lasts, None)) };
+                let wait: f64 = r.get(6)?;
+                let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
+                if r.get::<_, bool>(8)? {
+                    // The barrier holds this row: a short wait, no attempt spent.
+                    wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
+                }
+                Ok((
+                    lasts,
+                    Some(StoredHead {
+                        seq: Seq(seq),
+                        event_id: r.get(2)?,
+                        key: r.get(3)?,
+                        payload: r.get(4)?,
+                        attempts: r.get::<_, i64>(5)?.clamp(0, i64::from(u32::MAX)) as u32,
+                        wait,
+                        last_error: r.get(7)?,
+                    }),
+                ))
+            })
+            .transpose()?;
         Ok(row)
     }
 
@@ -446,12 +457,17 @@ impl Fence {
 
     /// The head after `cursor`, read in one statement with the lease check (the delivery rule:
     /// the lease must last a delivery timeout longer). Renews first when it would not.
-    fn read_head(&self, c: &mut Connection, cursor: i64) -> Result<Option<StoredHead>, StoreError> {
-        match self.held_head(c, cursor)? {
+    fn read_head(
+        &self,
+        c: &mut Connection,
+        cursor: i64,
+        skip: Option<&str>,
+    ) -> Result<Option<StoredHead>, StoreError> {
+        match self.held_head(c, cursor, skip)? {
             Some((true, head)) => Ok(head),
             None => Err(self.not_held()),
             // Held, but the renewal is behind: renew and read again under the write lock.
-            Some((false, _)) => self.write(c, |tx| match self.held_head(tx, cursor)? {
+            Some((false, _)) => self.write(c, |tx| match self.held_head(tx, cursor, skip)? {
                 Some((_, head)) => Ok(head),
                 None => Err(self.not_held()),
             }),
@@ -497,8 +513,11 @@ pub struct SqliteLease {
     handover: Handover,
     clock: TokioClock,
     options: SqliteOptions,
-    /// The last acknowledged (or dead-lettered) seq: heads are read after it.
+    /// The last acknowledged (or dead-lettered) seq: heads are read after it. Every row at or
+    /// below it is acknowledged (its delete perhaps still buffered) or of a key in `skipped`.
     cursor: i64,
+    /// The parked keys the last head read skipped.
+    skipped: ParkedKeys,
     /// Acknowledged seqs not yet deleted, of every lease on the connection.
     acks: Rc<RefCell<AckBuffer>>,
 }
@@ -515,6 +534,20 @@ const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
      FROM keyorder_lease l
      LEFT JOIN delivery_queue q ON q.seq =
        (SELECT seq FROM delivery_queue WHERE partition = ?1 AND seq > ?2 ORDER BY seq LIMIT 1)
+     WHERE l.partition = ?1 AND l.holder = ?3 AND l.epoch = ?4
+       AND l.expires_at > unixepoch('subsec')";
+
+/// [`HEAD_SQL`] passing over the rows of the parked keys (`?6`, a JSON array of keys).
+const HEAD_SKIP_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
+       q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
+       max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
+       (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
+          WHERE o.partition_key = q.partition_key AND o.layout < q.layout))
+     FROM keyorder_lease l
+     LEFT JOIN delivery_queue q ON q.seq =
+       (SELECT seq FROM delivery_queue WHERE partition = ?1 AND seq > ?2
+          AND partition_key NOT IN (SELECT value FROM json_each(?6))
+        ORDER BY seq LIMIT 1)
      WHERE l.partition = ?1 AND l.holder = ?3 AND l.epoch = ?4
        AND l.expires_at > unixepoch('subsec')";
 
@@ -621,10 +654,19 @@ impl LeaseSession for SqliteLease {
         self.handover
     }
 
-    async fn fetch_head(&mut self) -> Result<Option<StoredHead>, StoreError> {
+    async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
         self.check_held()?;
+        if !self.skipped.is_subset(skip) {
+            // A key was unparked: its oldest row lies behind the cursor, beside acknowledged
+            // rows whose deletes may still be buffered. Delete those, then read from the start.
+            self.flush_acks().await?;
+            self.cursor = 0;
+        }
+        self.skipped = skip.clone();
+        let skip = (!skip.is_empty())
+            .then(|| serde_json::to_string(skip.as_slice()).expect("a list of strings serialises"));
         let (fence, cursor) = (self.fence.clone(), self.cursor);
-        let head = self.conn.call(move |c| fence.read_head(c, cursor)).await?;
+        let head = self.conn.call(move |c| fence.read_head(c, cursor, skip.as_deref())).await?;
         if head.is_none() {
             // The partition ran empty: nothing is gained by holding the deletes back.
             self.flush_acks().await?;
