@@ -17,8 +17,9 @@
 //!   backoff far longer than the bound and idle polls longer than it, keeps every lease for
 //!   many bounds.
 //!
-//! `KEYORDER_LIVENESS_DEFAULTS=1` runs the frozen-worker test with the production defaults
-//! (delivery timeout 10 s, session timeout 30 s) and prints the resume time: the README's figure.
+//! `KEYORDER_LIVENESS_DEFAULTS=1` runs the frozen-worker and the blackholed-worker tests with
+//! the production defaults (delivery timeout 10 s, session timeout 30 s) and prints the resume
+//! times: the README's figures.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -513,7 +514,9 @@ fn a_frozen_workers_partitions_move_within_the_bound() {
 
 #[test]
 fn a_blackholed_workers_partitions_move_within_the_bound_and_it_logs_its_loss() {
-    worker_taken_away("liveness_blackhole", Fault::Blackhole, Timings::scaled());
+    let defaults = std::env::var("KEYORDER_LIVENESS_DEFAULTS").is_ok_and(|v| v == "1");
+    let timings = if defaults { Timings::defaults() } else { Timings::scaled() };
+    worker_taken_away("liveness_blackhole", Fault::Blackhole, timings);
 }
 
 #[test]
