@@ -2,9 +2,11 @@
 # Starts a throwaway PostgreSQL 15 (as the postgres user when root, default durability:
 # fsync and synchronous_commit on), runs `keyorder bench` against it, and removes it.
 # Usage: bash benches/pg_bench.sh [keyorder bench flags, e.g. --events 100000 --churn 1000000]
+# KEYORDER_BIN=path runs another build of keyorder (for an A/B against an older commit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q
+bin=${KEYORDER_BIN:-./target/release/keyorder}
+[ -n "${KEYORDER_BIN:-}" ] || cargo build --release -q
 dir=$(mktemp -d /tmp/keyorder-bench-XXXXXX)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 as_pg=()
@@ -14,4 +16,4 @@ trap cleanup EXIT
 "${as_pg[@]}" initdb -A trust -U postgres -E UTF8 -D "$dir/data" >/dev/null
 "${as_pg[@]}" pg_ctl start -w -D "$dir/data" -l "$dir/log" \
   -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" >/dev/null
-./target/release/keyorder bench --database "postgres://postgres@127.0.0.1:$port/postgres" --yes "$@"
+"$bin" bench --database "postgres://postgres@127.0.0.1:$port/postgres" --yes "$@"
