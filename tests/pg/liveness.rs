@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use keyorder::check::{check, Acked, DeadLettered, Delivery, Enqueued, History, Kind, Outcome};
+use keyorder::check::{check, Enqueued, History, Kind};
 use keyorder::store::postgres::schema::LEASE_NAMESPACE;
 use keyorder::{PartitionId, Seq, Time};
 
@@ -214,7 +214,7 @@ fn events_of(keys: &[String], round: usize) -> Vec<keyorder::key::Event> {
 /// The checker's history: every row ever enqueued, what both endpoints saw, the DLQ and what
 /// is still queued.
 async fn history(c: &tokio_postgres::Client, arrivals: &[Arrival]) -> History {
-    let mut h = History::default();
+    let mut enqueued = Vec::new();
     for r in c
         .query(
             "SELECT seq, partition, partition_key, event_id FROM test_enqueued ORDER BY seq",
@@ -223,7 +223,7 @@ async fn history(c: &tokio_postgres::Client, arrivals: &[Arrival]) -> History {
         .await
         .unwrap()
     {
-        h.enqueued.push(Enqueued {
+        enqueued.push(Enqueued {
             seq: Seq(r.get(0)),
             partition: PartitionId(r.get::<_, i16>(1) as u16),
             key: r.get(2),
@@ -232,35 +232,7 @@ async fn history(c: &tokio_postgres::Client, arrivals: &[Arrival]) -> History {
             at: Time::ZERO,
         });
     }
-    let key_of: BTreeMap<i64, String> =
-        h.enqueued.iter().map(|e| (e.seq.0, e.key.clone())).collect();
-    for a in arrivals {
-        h.deliveries.push(Delivery {
-            event_id: a.event_id.clone(),
-            key: key_of.get(&a.seq).cloned().unwrap_or_default(),
-            seq: Seq(a.seq),
-            partition: PartitionId(a.partition),
-            attempt: a.attempt,
-            worker: String::new(),
-            sent_at: Time(a.at),
-            arrived_at: Time(a.at),
-            finished_at: Some(Time(a.done)),
-            outcome: if a.accepted { Outcome::Accepted } else { Outcome::Rejected("500".into()) },
-        });
-    }
-    let mut acked = BTreeSet::new();
-    for d in &h.deliveries {
-        if d.outcome == Outcome::Accepted && acked.insert(d.seq) {
-            h.acks.push(Acked { seq: d.seq, at: d.finished_at.unwrap_or(d.arrived_at) });
-        }
-    }
-    for r in c.query("SELECT seq, reason FROM delivery_dlq", &[]).await.unwrap() {
-        h.dead_letters.push(DeadLettered { seq: Seq(r.get(0)), reason: r.get(1), at: Time::ZERO });
-    }
-    for r in c.query("SELECT seq FROM delivery_queue", &[]).await.unwrap() {
-        h.queued_at_end.push(Seq(r.get(0)));
-    }
-    h
+    history_of(c, &enqueued, arrivals).await
 }
 
 /// A loopback TCP proxy to PostgreSQL that, once cut, forwards nothing more in either direction

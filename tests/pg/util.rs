@@ -13,7 +13,7 @@ use keyorder::worker::{self, WorkerConfig, WorkerReport};
 use keyorder::{PartitionCount, PartitionId, Router, Seq, Time};
 use tokio_postgres::Client;
 
-use super::endpoint::Endpoint;
+use super::endpoint::{Arrival, Endpoint};
 
 pub const PARTITIONS: i64 = 16;
 
@@ -124,14 +124,19 @@ pub async fn wait_empty(c: &Client, limit: Duration) {
 
 /// The history: enqueued rows as recorded before draining, the endpoint's arrivals, the DLQ.
 pub async fn history(c: &Client, enqueued: &[Enqueued], endpoint: &Endpoint) -> History {
+    history_of(c, enqueued, &endpoint.arrivals()).await
+}
+
+/// The history of `enqueued` rows from what one or more endpoints saw (`arrivals`), with the
+/// dead letters and what is still queued read from the database.
+pub async fn history_of(c: &Client, enqueued: &[Enqueued], arrivals: &[Arrival]) -> History {
     let mut h = History { enqueued: enqueued.to_vec(), ..Default::default() };
-    let key_of = |seq: i64| {
-        enqueued.iter().find(|e| e.seq.0 == seq).map(|e| e.key.clone()).unwrap_or_default()
-    };
-    for a in endpoint.arrivals() {
+    let key_of: std::collections::BTreeMap<i64, String> =
+        enqueued.iter().map(|e| (e.seq.0, e.key.clone())).collect();
+    for a in arrivals {
         h.deliveries.push(Delivery {
             event_id: a.event_id.clone(),
-            key: key_of(a.seq),
+            key: key_of.get(&a.seq).cloned().unwrap_or_default(),
             seq: Seq(a.seq),
             partition: PartitionId(a.partition),
             attempt: a.attempt,
