@@ -106,6 +106,10 @@ pub trait Admin {
     /// Dead letters, newest first: the one with `id`, or up to `limit` of them.
     async fn dead_letters(&self, id: Option<i64>, limit: i64) -> Result<Vec<DeadRow>, StoreError>;
 
+    /// How many dead letters have an id above `after_id` (with `after_id` the newest id when a
+    /// run started: how many the run wrote, for `keyorder work --until-empty`).
+    async fn dead_letters_after(&self, after_id: i64) -> Result<i64, StoreError>;
+
     /// Re-enqueues dead letter `id` at the tail, routed by `router`, and removes it from the
     /// dead letters in the same transaction: its new seq, or `None` when there is no such id.
     async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError>;

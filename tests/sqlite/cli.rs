@@ -244,3 +244,38 @@ fn switch_on_sqlite_routes_new_events_with_the_new_count() {
         assert_eq!(partition, router.route(&key).0, "routed with 32 partitions");
     }
 }
+
+#[test]
+fn work_until_empty_drains_and_exits_0() {
+    let dir = TempDir::new("until-empty");
+    #[allow(clippy::disallowed_methods)] // the endpoint's clock
+    let receiver = super::endpoint::Endpoint::start(std::time::Instant::now());
+    events_file(&dir.0, 30);
+    let out = keyorder(&dir.0, &["enqueue", "events.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = keyorder(
+        &dir.0,
+        &[
+            "work",
+            "--deliver",
+            &receiver.url,
+            "--until-empty",
+            "--threads",
+            "2",
+            "--partitions",
+            "16",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("the queue is empty; no dead letters written"), "{}", text(&out));
+    let mut ids: Vec<String> = receiver.arrivals().into_iter().map(|a| a.event_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 30, "every event delivered before the exit");
+    let lag = keyorder(&dir.0, &["lag", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&lag.stdout).expect("json");
+    assert_eq!(v["partitions"].as_array().map(Vec::len), Some(0), "{v}");
+    let help = keyorder(&dir.0, &["work", "--help"]);
+    assert!(text(&help).contains("--until-empty"), "{}", text(&help));
+    assert!(text(&help).contains("1 when dead letters were written"), "{}", text(&help));
+}
