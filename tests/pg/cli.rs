@@ -159,3 +159,26 @@ fn an_online_switch_needs_consent_and_the_count_in_force() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("the count in force is 32"), "{}", text(&o));
 }
+
+#[test]
+fn work_until_empty_exits_1_for_dead_letters_of_its_own_run_only() {
+    let Some(pg) = PgServer::start("cli_until_empty") else { return };
+    let url = pg.create_db("until_empty");
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    #[allow(clippy::disallowed_methods)] // the endpoint's clock
+    let receiver = super::endpoint::Endpoint::start(std::time::Instant::now());
+    receiver.shared.lock().unwrap().poison.insert("e3".into());
+    let input: String = (0..10)
+        .map(|i| format!("{{\"event_id\":\"e{i}\",\"subscription_id\":\"sub_{}\"}}\n", i % 3))
+        .collect();
+    assert!(keyorder(&["enqueue", "--database", &url], &input).status.success());
+    let work = ["work", "--database", &url, "--deliver", &receiver.url, "--until-empty"];
+    let o = keyorder(&[&work[..], &["--max-attempts", "1"]].concat(), "");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("but 1 dead letter(s) were written during the run"), "{}", text(&o));
+    assert_eq!(psql(&pg, "until_empty", "SELECT count(*) FROM delivery_queue"), "0");
+    // The next run finds nothing to do and the earlier dead letter is not its own.
+    let o = keyorder(&work, "");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("no dead letters written during the run"), "{}", text(&o));
+}
