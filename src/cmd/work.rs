@@ -57,9 +57,9 @@ pub struct WorkArgs {
     #[arg(long)]
     until_empty: bool,
     /// Worker loops in this process, each on its own thread and counted as its own member
-    /// (named NAME-0, NAME-1, ... when more than one). Default: the machine's cores.
-    #[arg(long, default_value_t = super::workers::default_threads())]
-    threads: usize,
+    /// (named NAME-0, NAME-1, ... when more than one). Default: the number of cores.
+    #[arg(long)]
+    threads: Option<usize>,
     /// How long any store call may take, in ms; a lease whose call takes longer is given up
     /// (its connection dropped) and reported lost. Opening a connection may take twice it.
     #[arg(long, default_value_t = 5_000)]
@@ -85,6 +85,13 @@ pub struct WorkArgs {
     strict_partition_order: bool,
 }
 
+impl WorkArgs {
+    /// `--threads`, or the number of cores.
+    fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(super::workers::default_threads)
+    }
+}
+
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
     // Built once here so that a mistake is reported before anything starts; each worker
     // thread builds its own from the same options.
@@ -96,7 +103,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         Duration::from_millis(args.backoff_cap_ms),
     )
     .map_err(|e| BadInput(e.to_string()))?;
-    if args.threads == 0 {
+    if args.threads == Some(0) {
         return Err(BadInput("--threads must be at least 1".into()).into());
     }
     let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
@@ -237,11 +244,14 @@ fn run_threads(
     }
     eprintln!(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
-        args.name, args.partitions, args.delivery.deliver, args.threads
+        args.name,
+        args.partitions,
+        args.delivery.deliver,
+        args.threads()
     );
-    let threads = args.threads;
+    let threads = args.threads();
     let when = super::workers::StopWhen { after: args.stop_after, until_empty };
-    let report = super::workers::run(args.threads, when, move |index| {
+    let report = super::workers::run(threads, when, move |index| {
         let mut config = settings.config();
         let name = super::workers::loop_name(&settings.name, index, threads);
         config.observer = Some(observer(name));
