@@ -279,3 +279,35 @@ fn work_until_empty_drains_and_exits_0() {
     assert!(text(&help).contains("--until-empty"), "{}", text(&help));
     assert!(text(&help).contains("1 when dead letters were written"), "{}", text(&help));
 }
+
+#[test]
+fn help_describes_the_thread_default_instead_of_printing_this_machines_cores() {
+    let dir = TempDir::new("help-defaults");
+    for (args, flag) in [(["work", "--help"], "--threads"), (["bench", "--help"], "--loops")] {
+        let help = text(&keyorder(&dir.0, &args));
+        let entry = help.split(&format!("{flag} <")).nth(1).expect("the flag is listed");
+        // Up to the next flag's line.
+        let entry: Vec<&str> = entry
+            .lines()
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || !l.trim_start().starts_with('-'))
+            .map(|(_, l)| l)
+            .collect();
+        let entry = entry.join("\n");
+        assert!(entry.contains("Default: the number of cores"), "{args:?}: {entry}");
+        assert!(!entry.contains("[default:"), "{args:?} prints a number: {entry}");
+    }
+}
+
+#[test]
+fn a_delivery_url_that_is_not_one_is_told_what_is_wrong() {
+    let dir = TempDir::new("bad-url");
+    let out = keyorder(&dir.0, &["work", "--deliver", "not a url", "--until-empty"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("is not a URL (it has no scheme and contains spaces)"),
+        "{}",
+        text(&out)
+    );
+    assert!(!dir.path("keyorder.db").exists(), "refused before anything was created");
+}
