@@ -311,3 +311,47 @@ fn a_delivery_url_that_is_not_one_is_told_what_is_wrong() {
     );
     assert!(!dir.path("keyorder.db").exists(), "refused before anything was created");
 }
+
+/// `n` event lines, e0.. on sub_0..sub_4, as `events_file` writes them.
+fn event_lines(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            format!("{{\"event_id\":\"e{i}\",\"subscription_id\":\"sub_{}\"}}", i % 5).into_bytes()
+        })
+        .collect()
+}
+
+/// Rows queued in `dir`'s keyorder.db.
+fn queued(dir: &Path) -> i64 {
+    let c = Connection::open(dir.join("keyorder.db")).unwrap();
+    c.query_row("SELECT count(*) FROM delivery_queue", [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn every_enqueue_error_names_one_line_and_what_was_committed_before_it() {
+    let dir = TempDir::new("enqueue-errors");
+    // Line 13 of 15 is not UTF-8; batches of 5 committed lines 1-10 before it.
+    let mut lines = event_lines(15);
+    lines[12] = b"{\"event_id\":\"caf\xe9\",\"subscription_id\":\"s\"}".to_vec();
+    std::fs::write(dir.path("latin1.jsonl"), lines.join(&b'\n')).unwrap();
+    let out = keyorder(&dir.0, &["enqueue", "--batch", "5", "latin1.jsonl"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let committed =
+        "enqueued 10 events from lines before 11 (0 duplicates skipped), nothing from line 11 on";
+    assert!(text(&out).contains("line 13: not UTF-8 text"), "{}", text(&out));
+    assert!(text(&out).contains(committed), "{}", text(&out));
+    assert_eq!(queued(&dir.0), 10);
+    // A JSON error: one line number, with serde's column, and the same wording of what landed.
+    let dir = TempDir::new("enqueue-json");
+    let mut lines = event_lines(8);
+    lines[6] = b"{\"event_id\":\"e6\",\"subscription_id\" \"sub_1\"}".to_vec();
+    std::fs::write(dir.path("bad.jsonl"), lines.join(&b'\n')).unwrap();
+    let out = keyorder(&dir.0, &["enqueue", "--batch", "5", "bad.jsonl"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("line 7 column 36: expected `:`;"), "{}", text(&out));
+    assert!(!text(&out).contains("at line 1"), "two line numbers: {}", text(&out));
+    let committed =
+        "enqueued 5 events from lines before 6 (0 duplicates skipped), nothing from line 6 on";
+    assert!(text(&out).contains(committed), "{}", text(&out));
+    assert_eq!(queued(&dir.0), 5);
+}
