@@ -200,6 +200,14 @@ pub struct PartitionLag {
     pub keys_affected: i64,
     /// Failed attempts recorded at the head.
     pub head_attempts: i32,
+    /// Why the head's last attempt failed, when it has failed (what a stuck partition is stuck
+    /// on).
+    pub last_error: Option<String>,
+    /// When the head may be tried next (UTC, `YYYY-MM-DD HH:MM:SS.fff+00`), when a backoff was
+    /// recorded for it.
+    pub next_attempt_at: Option<String>,
+    /// Seconds until then (0 when it is due); `None` with no recorded backoff.
+    pub next_attempt_in_seconds: Option<f64>,
 }
 
 /// A key's queued rows, for skew reports.

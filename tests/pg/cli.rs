@@ -182,3 +182,35 @@ fn work_until_empty_exits_1_for_dead_letters_of_its_own_run_only() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("no dead letters written during the run"), "{}", text(&o));
 }
+
+#[test]
+fn lag_carries_the_heads_last_error_and_next_attempt() {
+    let Some(pg) = PgServer::start("cli_lag_head") else { return };
+    let url = pg.create_db("lag_head");
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    let input = "{\"event_id\":\"e1\",\"subscription_id\":\"sub_1\"}\n{\"event_id\":\"e2\",\"subscription_id\":\"sub_1\"}\n";
+    assert!(keyorder(&["enqueue", "--database", &url], input).status.success());
+    // A head never tried: no error, no next attempt.
+    let o = keyorder(&["lag", "--database", &url, "--json"], "");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let head = &v["partitions"][0];
+    assert!(head["last_error"].is_null() && head["next_attempt_in_seconds"].is_null(), "{v}");
+    // What a failed delivery records at the head (as the worker's backoff write does).
+    psql(
+        &pg,
+        "lag_head",
+        "UPDATE delivery_queue SET attempts = 2, last_error = 'HTTP 503 from the receiver',
+         not_before = now() + interval '30 seconds' WHERE event_id = 'e1'",
+    );
+    let o = keyorder(&["lag", "--database", &url, "--json"], "");
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let head = &v["partitions"][0];
+    assert_eq!(head["head_attempts"], 2, "{v}");
+    assert_eq!(head["last_error"], "HTTP 503 from the receiver", "{v}");
+    let next = head["next_attempt_in_seconds"].as_f64().expect("a backoff is recorded");
+    assert!(next > 20.0 && next <= 30.0, "{v}");
+    assert!(head["next_attempt_at"].as_str().is_some_and(|t| t.ends_with("+00")), "{v}");
+    let o = keyorder(&["lag", "--database", &url], "");
+    assert!(text(&o).contains("HTTP 503 from the receiver"), "{}", text(&o));
+}

@@ -355,3 +355,43 @@ fn every_enqueue_error_names_one_line_and_what_was_committed_before_it() {
     assert!(text(&out).contains(committed), "{}", text(&out));
     assert_eq!(queued(&dir.0), 5);
 }
+
+#[test]
+fn lag_shows_why_the_head_fails_and_when_it_is_tried_next() {
+    let dir = TempDir::new("lag-head");
+    #[allow(clippy::disallowed_methods)] // the endpoint's clock
+    let receiver = super::endpoint::Endpoint::start(std::time::Instant::now());
+    receiver.shared.lock().unwrap().poison.insert("e0".into());
+    events_file(&dir.0, 5);
+    assert!(keyorder(&dir.0, &["enqueue", "--partitions", "1", "events.jsonl"]).status.success());
+    let out = keyorder(
+        &dir.0,
+        &[
+            "work",
+            "--deliver",
+            &receiver.url,
+            "--partitions",
+            "1",
+            "--threads",
+            "1",
+            "--backoff-base-ms",
+            "60000",
+            "--backoff-cap-ms",
+            "60000",
+            "--stop-after",
+            "1",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let lag = keyorder(&dir.0, &["lag", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&lag.stdout).expect("json");
+    let head = &v["partitions"][0];
+    // Full jitter may have made a retry due within the second: at least one failure.
+    assert!(head["head_attempts"].as_i64().is_some_and(|a| a >= 1), "{v}");
+    assert!(head["last_error"].as_str().is_some_and(|e| e.contains("500")), "{v}");
+    let next = head["next_attempt_in_seconds"].as_f64().expect("a backoff is recorded");
+    assert!((0.0..=60.0).contains(&next), "{v}");
+    assert!(head["next_attempt_at"].as_str().is_some_and(|t| t.ends_with("+00")), "{v}");
+    let table = text(&keyorder(&dir.0, &["lag"]));
+    assert!(table.contains("head's last error") && table.contains("500"), "{table}");
+}
