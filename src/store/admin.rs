@@ -106,6 +106,14 @@ pub trait Admin {
     /// Dead letters, newest first: the one with `id`, or up to `limit` of them.
     async fn dead_letters(&self, id: Option<i64>, limit: i64) -> Result<Vec<DeadRow>, StoreError>;
 
+    /// Up to `limit` dead letters with ids below `below` (all of them with `None`), newest
+    /// first: pages of `keyorder dlq list`, each after the last id of the one before.
+    async fn dead_letters_below(
+        &self,
+        below: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<DeadRow>, StoreError>;
+
     /// How many dead letters have an id above `after_id` (with `after_id` the newest id when a
     /// run started: how many the run wrote, for `keyorder work --until-empty`).
     async fn dead_letters_after(&self, after_id: i64) -> Result<i64, StoreError>;

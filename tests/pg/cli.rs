@@ -214,3 +214,27 @@ fn lag_carries_the_heads_last_error_and_next_attempt() {
     let o = keyorder(&["lag", "--database", &url], "");
     assert!(text(&o).contains("HTTP 503 from the receiver"), "{}", text(&o));
 }
+
+#[test]
+fn dlq_list_pages_with_limit_and_after() {
+    let Some(pg) = PgServer::start("cli_dlq_pages") else { return };
+    let url = pg.create_db("dlq_pages");
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    psql(
+        &pg,
+        "dlq_pages",
+        "INSERT INTO delivery_dlq (partition, partition_key, event_id, payload, attempts, reason)
+         SELECT 0, 'k', 'd' || i, '{}', 5, 'HTTP 500' FROM generate_series(1, 5) AS i",
+    );
+    let ids = |o: &Output| -> Vec<i64> {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_i64().unwrap())
+            .collect()
+    };
+    let o = keyorder(&["dlq", "--database", &url, "list", "--json", "--limit", "3"], "");
+    assert_eq!(ids(&o), [5, 4, 3], "{}", text(&o));
+    assert!(text(&o).contains("--after 3"), "{}", text(&o));
+    let o = keyorder(&["dlq", "--database", &url, "list", "--json", "--after", "3"], "");
+    assert_eq!(ids(&o), [2, 1], "{}", text(&o));
+}

@@ -395,3 +395,40 @@ fn lag_shows_why_the_head_fails_and_when_it_is_tried_next() {
     let table = text(&keyorder(&dir.0, &["lag"]));
     assert!(table.contains("head's last error") && table.contains("500"), "{table}");
 }
+
+#[test]
+fn dlq_list_pages_newest_first_with_limit_and_after() {
+    let dir = TempDir::new("dlq-pages");
+    assert!(keyorder(&dir.0, &["migrate"]).status.success());
+    let c = Connection::open(dir.path("keyorder.db")).unwrap();
+    for i in 1..=5 {
+        c.execute(
+            "INSERT INTO delivery_dlq (partition, partition_key, event_id, payload, attempts, reason)
+             VALUES (0, 'k', ?1, '{}', 5, 'HTTP 500')",
+            [format!("d{i}")],
+        )
+        .unwrap();
+    }
+    let page = |args: &[&str]| {
+        let out = keyorder(&dir.0, &[&["dlq", "list", "--json"], args].concat());
+        assert!(out.status.success(), "{}", text(&out));
+        let ids: Vec<i64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_i64().unwrap())
+            .collect();
+        (ids, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ids, err) = page(&["--limit", "2"]);
+    assert_eq!(ids, [5, 4]);
+    assert!(err.contains("more may follow: keyorder dlq list --limit 2 --after 4"), "{err}");
+    let (ids, _) = page(&["--limit", "2", "--after", "4"]);
+    assert_eq!(ids, [3, 2]);
+    let (ids, err) = page(&["--limit", "2", "--after", "2"]);
+    assert_eq!(ids, [1]);
+    assert!(!err.contains("more may follow"), "the last page: {err}");
+    let (ids, err) = page(&["--after", "1"]);
+    assert!(ids.is_empty() && err.contains("no dead letters below id 1"), "{err}");
+    let out = keyorder(&dir.0, &["dlq", "list", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--limit must be at least 1"), "{}", text(&out));
+}

@@ -193,12 +193,24 @@ pub async fn dead_letters(
     id: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadRow>, StoreError> {
+    dead_letter_page(client, id, None, limit).await
+}
+
+/// Dead-lettered rows, newest first, at most `limit`: with `id` that one only, with `below`
+/// only ids below it (the next page after a page ending at `below`).
+pub async fn dead_letter_page(
+    client: &Client,
+    id: Option<i64>,
+    below: Option<i64>,
+    limit: i64,
+) -> Result<Vec<DeadRow>, StoreError> {
     let rows = client
         .query(
             "SELECT id, seq, partition, partition_key, event_id, attempts, reason,
                     dead_lettered_at::text, payload::text
-             FROM delivery_dlq WHERE ($1::int8 IS NULL OR id = $1) ORDER BY id DESC LIMIT $2",
-            &[&id, &limit],
+             FROM delivery_dlq WHERE ($1::int8 IS NULL OR id = $1) AND ($3::int8 IS NULL OR id < $3)
+             ORDER BY id DESC LIMIT $2",
+            &[&id, &limit, &below],
         )
         .await?;
     Ok(rows

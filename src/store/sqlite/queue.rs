@@ -168,12 +168,24 @@ pub fn dead_letters(
     id: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadRow>, StoreError> {
+    dead_letter_page(c, id, None, limit)
+}
+
+/// Dead-lettered rows, newest first, at most `limit`: with `id` that one only, with `below`
+/// only ids below it (the next page after a page ending at `below`).
+pub fn dead_letter_page(
+    c: &Connection,
+    id: Option<i64>,
+    below: Option<i64>,
+    limit: i64,
+) -> Result<Vec<DeadRow>, StoreError> {
     let mut stmt = c.prepare(
         "SELECT id, seq, partition, partition_key, event_id, attempts, reason,
                 strftime('%Y-%m-%d %H:%M:%f+00', dead_lettered_at, 'unixepoch'), payload
-         FROM delivery_dlq WHERE (?1 IS NULL OR id = ?1) ORDER BY id DESC LIMIT ?2",
+         FROM delivery_dlq WHERE (?1 IS NULL OR id = ?1) AND (?3 IS NULL OR id < ?3)
+         ORDER BY id DESC LIMIT ?2",
     )?;
-    let rows = stmt.query_map(params![id, limit], |r| {
+    let rows = stmt.query_map(params![id, limit, below], |r| {
         Ok(DeadRow {
             id: r.get(0)?,
             seq: r.get(1)?,
