@@ -49,9 +49,9 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "16")]
     partitions: Vec<i64>,
     /// Worker loops of the deliverer drains, each on its own thread (as `keyorder work
-    /// --threads`). Default: the machine's cores.
-    #[arg(long, default_value_t = super::workers::default_threads())]
-    loops: usize,
+    /// --threads`). Default: the number of cores.
+    #[arg(long)]
+    loops: Option<usize>,
     /// Only the deliverer drains: skip the worker-count and churn measurements.
     #[arg(long)]
     only_delivery: bool,
@@ -205,14 +205,15 @@ async fn deliveries(
                 request_timeout: keyorder::worker::DEFAULT_REQUEST_TIMEOUT,
             };
             let stores = location.stores(count, options).map_err(open_error)?;
+            let loops = args.loops.unwrap_or_else(super::workers::default_threads);
             let rate = bench_http::bench_delivery(
                 move || Ok(stores.make()?),
                 args.events,
                 d,
                 bench_config(d, p, args.strict_partition_order),
-                args.loops,
+                loops,
             )?;
-            print_rate(args.loops, p, d, rate, &mut noop);
+            print_rate(loops, p, d, rate, &mut noop);
         }
     }
     c.empty_queue(false).await?;

@@ -18,11 +18,15 @@ pub struct DlqArgs {
 
 #[derive(Debug, Subcommand)]
 enum DlqAction {
-    /// Dead-lettered events, newest first.
+    /// Dead-lettered events, newest first, a page at a time: when a page is full, the command
+    /// for the next one is printed on stderr.
     List {
-        /// How many.
+        /// How many (at least 1).
         #[arg(long, default_value_t = 50)]
         limit: i64,
+        /// Only dead letters with ids below this one (the last id of the page before).
+        #[arg(long, value_name = "ID")]
+        after: Option<i64>,
         /// JSON lines.
         #[arg(long)]
         json: bool,
@@ -50,8 +54,18 @@ pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
     block_on(async {
         let mut client = args.db.admin(OpenMode::Existing).await?;
         match args.action {
-            DlqAction::List { limit, json } => {
-                for r in client.dead_letters(None, limit).await? {
+            DlqAction::List { limit, after, json } => {
+                if limit < 1 {
+                    return Err(BadInput(format!("--limit must be at least 1, not {limit}")).into());
+                }
+                let rows = client.dead_letters_below(after, limit).await?;
+                if rows.is_empty() {
+                    match after {
+                        Some(id) => eprintln!("no dead letters below id {id}"),
+                        None => eprintln!("no dead letters"),
+                    }
+                }
+                for r in &rows {
                     if json {
                         println!("{}", serde_json::to_string(&r)?);
                     } else {
@@ -60,6 +74,12 @@ pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
                             r.id, r.partition, r.key, r.event_id, r.dead_lettered_at, r.reason
                         );
                     }
+                }
+                if let Some(last) = rows.last().filter(|_| rows.len() as i64 == limit) {
+                    eprintln!(
+                        "more may follow: keyorder dlq list --limit {limit} --after {}",
+                        last.id
+                    );
                 }
             }
             DlqAction::Show { id } => match client.dead_letters(Some(id), 1).await?.pop() {

@@ -3,6 +3,7 @@
 use std::io::{self, BufRead, BufReader};
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
 use keyorder::key::Event;
 use keyorder::store::admin::Admin;
@@ -45,30 +46,67 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
         let (mut total, mut dups, mut batch, mut first_line) = (0u64, 0usize, Vec::new(), 1u64);
         for (i, line) in input.lines().enumerate() {
             let no = i as u64 + 1;
-            let line = line.map_err(|e| BadInput(format!("line {no}: {e}")))?;
+            let line = match line {
+                Ok(line) => line,
+                Err(e) => return Err(read_error(no, e, committed(total, dups, first_line))),
+            };
             if line.trim().is_empty() {
                 continue;
             }
-            let event: Event = match serde_json::from_str(&line).map_err(|e| e.to_string()).and_then(|e: Event| e.validate().map(|()| e).map_err(|e| e.to_string())) {
-                Ok(e) => e,
-                Err(e) => {
-                    return Err(BadInput(format!(
-                        "line {no}: {e}; enqueued {total} events from lines before {first_line}, nothing from line {first_line} on"
-                    ))
-                    .into())
-                }
-            };
+            let event = parse_line(&line).map_err(|problem| {
+                BadInput(format!("line {no}{problem}; {}", committed(total, dups, first_line)))
+            })?;
             batch.push(event);
             if batch.len() >= args.batch.max(1) {
-                let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys).await?;
+                let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys)
+                    .await
+                    .with_context(|| committed(total, dups, first_line))?;
                 (total, dups, first_line) = (total + n, dups + d, no + 1);
             }
         }
-        let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys).await?;
+        let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys)
+            .await
+            .with_context(|| committed(total, dups, first_line))?;
         (total, dups) = (total + n, dups + d);
         println!("enqueued {total} events ({dups} duplicates skipped)");
         Ok(())
     })?
+}
+
+/// What an enqueue that stops at line `first_line`'s batch has committed: every error says it,
+/// in these words.
+fn committed(total: u64, dups: usize, first_line: u64) -> String {
+    format!(
+        "enqueued {total} events from lines before {first_line} ({dups} duplicates skipped), nothing from line {first_line} on"
+    )
+}
+
+/// The event on one line, or what is wrong with it: ` column C: ...` for JSON that does not
+/// parse (the line number is the caller's), `: ...` for an event that does not validate.
+fn parse_line(line: &str) -> Result<Event, String> {
+    let event: Event = serde_json::from_str(line).map_err(|e| {
+        // serde_json counts lines within the text it was given (always line 1 here): keep
+        // only its column, and its message without the " at line 1 column C" it appends.
+        let text = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        let message = text.strip_suffix(&suffix).unwrap_or(&text);
+        if e.line() == 0 {
+            format!(": {message}")
+        } else {
+            format!(" column {}: {message}", e.column())
+        }
+    })?;
+    event.validate().map_err(|e| format!(": {e}"))?;
+    Ok(event)
+}
+
+/// A line that cannot be read: not UTF-8 (bad input, exit 2) or an I/O error (exit 1).
+fn read_error(no: u64, e: io::Error, committed: String) -> anyhow::Error {
+    if e.kind() == io::ErrorKind::InvalidData {
+        BadInput(format!("line {no}: not UTF-8 text ({e}); {committed}")).into()
+    } else {
+        anyhow::Error::new(e).context(format!("reading line {no}; {committed}"))
+    }
 }
 
 /// Inserts and empties `batch`; returns (inserted, duplicates), naming each duplicate.

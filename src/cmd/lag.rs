@@ -1,5 +1,6 @@
-//! `keyorder lag`: per-partition depth, oldest wait, keys affected, head attempts; the
-//! heaviest keys. As a table, one JSON object, or Prometheus text.
+//! `keyorder lag`: per-partition depth, oldest wait, keys affected, head attempts, the head's
+//! last error and next attempt (table and JSON); the heaviest keys. As a table, one JSON
+//! object, or Prometheus text.
 
 use clap::Args;
 use keyorder::store::admin::Admin;
@@ -56,13 +57,20 @@ pub fn lag(args: LagArgs) -> anyhow::Result<()> {
             }
         } else {
             println!(
-                "{:>9} {:>9} {:>14} {:>9} {:>13}",
-                "partition", "depth", "oldest wait s", "keys", "head attempts"
+                "{:>9} {:>9} {:>14} {:>9} {:>13} {:>13}  head's last error",
+                "partition", "depth", "oldest wait s", "keys", "head attempts", "next try in s"
             );
             for l in &lag {
+                let next = l.next_attempt_in_seconds.map_or("-".to_owned(), |s| format!("{s:.1}"));
                 println!(
-                    "{:>9} {:>9} {:>14.1} {:>9} {:>13}",
-                    l.partition, l.depth, l.oldest_wait_seconds, l.keys_affected, l.head_attempts
+                    "{:>9} {:>9} {:>14.1} {:>9} {:>13} {:>13}  {}",
+                    l.partition,
+                    l.depth,
+                    l.oldest_wait_seconds,
+                    l.keys_affected,
+                    l.head_attempts,
+                    next,
+                    l.last_error.as_deref().unwrap_or("-")
                 );
             }
             if lag.is_empty() {

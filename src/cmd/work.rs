@@ -50,10 +50,16 @@ pub struct WorkArgs {
     /// Stop after this many seconds (for tests and benchmarks); runs until a signal otherwise.
     #[arg(long)]
     stop_after: Option<u64>,
+    /// Drain, then exit once the queue is empty (every partition, nothing in flight): for batch
+    /// jobs, CI and tests. Exits 0 when it drained with no dead letter written during the run,
+    /// 1 when dead letters were written (see `keyorder dlq list`) or a signal or --stop-after
+    /// stopped it first.
+    #[arg(long)]
+    until_empty: bool,
     /// Worker loops in this process, each on its own thread and counted as its own member
-    /// (named NAME-0, NAME-1, ... when more than one). Default: the machine's cores.
-    #[arg(long, default_value_t = super::workers::default_threads())]
-    threads: usize,
+    /// (named NAME-0, NAME-1, ... when more than one). Default: the number of cores.
+    #[arg(long)]
+    threads: Option<usize>,
     /// How long any store call may take, in ms; a lease whose call takes longer is given up
     /// (its connection dropped) and reported lost. Opening a connection may take twice it.
     #[arg(long, default_value_t = 5_000)]
@@ -79,6 +85,13 @@ pub struct WorkArgs {
     strict_partition_order: bool,
 }
 
+impl WorkArgs {
+    /// `--threads`, or the number of cores.
+    fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(super::workers::default_threads)
+    }
+}
+
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
     // Built once here so that a mistake is reported before anything starts; each worker
     // thread builds its own from the same options.
@@ -90,7 +103,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         Duration::from_millis(args.backoff_cap_ms),
     )
     .map_err(|e| BadInput(e.to_string()))?;
-    if args.threads == 0 {
+    if args.threads == Some(0) {
         return Err(BadInput("--threads must be at least 1".into()).into());
     }
     let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
@@ -148,13 +161,16 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         SessionBounding::Partial(what) => eprintln!("keyorder work: WARNING: {what}"),
         _ => {}
     }
+    let location_for_load = location.clone();
     let load = move || {
+        let location = &location_for_load;
         block_on(async {
             let admin = location.open_admin(OpenMode::Existing).await.map_err(open_error)?;
             anyhow::Ok(admin.endpoints().await?)
         })?
     };
-    run_threads(stores, load, settings, &args)
+    let until_empty = args.until_empty.then(|| location.clone());
+    run_threads(stores, load, settings, &args, until_empty)
 }
 
 /// What every worker loop of `keyorder work` is configured from (all of it `Send`).
@@ -204,6 +220,7 @@ fn run_threads(
     load_endpoints: impl Fn() -> anyhow::Result<Vec<EndpointRow>> + Send + 'static,
     settings: LoopSettings,
     args: &WorkArgs,
+    until_empty: Option<keyorder::store::open::Location>,
 ) -> anyhow::Result<()> {
     // Per-key endpoints: read now, then every ENDPOINT_RELOAD; a failed reload keeps the table.
     let directory = EndpointDirectory::default();
@@ -227,20 +244,54 @@ fn run_threads(
     }
     eprintln!(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
-        args.name, args.partitions, args.delivery.deliver, args.threads
+        args.name,
+        args.partitions,
+        args.delivery.deliver,
+        args.threads()
     );
-    let threads = args.threads;
-    let report = super::workers::run(args.threads, args.stop_after, move |index| {
+    let threads = args.threads();
+    let when = super::workers::StopWhen { after: args.stop_after, until_empty };
+    let report = super::workers::run(threads, when, move |index| {
         let mut config = settings.config();
         let name = super::workers::loop_name(&settings.name, index, threads);
         config.observer = Some(observer(name));
         let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
         Ok((stores.make()?, deliverer, config))
     })?;
+    let workers = &report.workers;
     eprintln!(
         "keyorder work: stopped; leases taken {}, given back {}, lost {}",
-        report.acquired, report.released, report.lost
+        workers.acquired, workers.released, workers.lost
     );
+    match report.drained {
+        None => Ok(()),
+        Some(d) => until_empty_outcome(d),
+    }
+}
+
+/// The exit of `--until-empty`: 0 (`Ok`) when the queue drained with no dead letter written,
+/// an error (exit 1) saying what happened otherwise.
+fn until_empty_outcome(d: super::workers::Drained) -> anyhow::Result<()> {
+    if d.depth_after > 0 {
+        eprintln!(
+            "keyorder work: {} row(s) were enqueued after the queue was seen empty; they wait for the next run",
+            d.depth_after
+        );
+    }
+    if !d.empty {
+        anyhow::bail!(
+            "stopped before the queue was empty ({} row(s) queued, {} dead letter(s) written during the run)",
+            d.depth_after,
+            d.dead_letters
+        );
+    }
+    if d.dead_letters > 0 {
+        anyhow::bail!(
+            "the queue is empty, but {} dead letter(s) were written during the run (see `keyorder dlq list`)",
+            d.dead_letters
+        );
+    }
+    eprintln!("keyorder work: the queue is empty; no dead letters written during the run");
     Ok(())
 }
 

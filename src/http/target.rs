@@ -16,11 +16,13 @@ use hyper::http::uri::PathAndQuery;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UrlError {
-    /// The scheme is neither `http://` nor `https://`.
-    #[error("delivery URL {url:?} must start with http:// or https://")]
+    /// The scheme is neither `http://` nor `https://`; `problem` says what the URL has instead.
+    #[error("delivery URL {url:?} {problem}; it must start with http:// or https://, e.g. http://127.0.0.1:8080/hook")]
     Scheme {
         /// The URL as given.
         url: String,
+        /// What is wrong with its start, as a phrase ("has no scheme", ...).
+        problem: String,
     },
     /// No host, or a host with characters no host name has.
     #[error("delivery URL {url:?} has no valid host (a name, an IPv4 address or [IPv6])")]
@@ -81,7 +83,7 @@ impl Target {
         } else if lower.starts_with("http://") {
             (Scheme::Http, &url[7..])
         } else {
-            return Err(UrlError::Scheme { url: owned() });
+            return Err(UrlError::Scheme { url: owned(), problem: scheme_problem(url) });
         };
         let split = rest.find(['/', '?']).unwrap_or(rest.len());
         let (authority, path) = rest.split_at(split);
@@ -167,6 +169,38 @@ impl fmt::Display for Target {
             Scheme::Https => "https",
         };
         write!(f, "{scheme}://{}{}", self.authority(), self.path)
+    }
+}
+
+/// What is wrong with the start of `url`, which is not `http://` or `https://`, as a phrase.
+fn scheme_problem(url: &str) -> String {
+    if url.is_empty() {
+        return "is empty".to_owned();
+    }
+    if url.trim() != url {
+        return "begins or ends with spaces".to_owned();
+    }
+    let scheme_end = url.find(':').filter(|&i| {
+        i > 0 && url[..i].bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+    });
+    match scheme_end {
+        Some(i) if url[i..].starts_with("://") => {
+            let scheme = &url[..i];
+            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") {
+                "has a malformed scheme".to_owned()
+            } else {
+                format!("has the scheme {scheme:?}, but only http and https are delivered to")
+            }
+        }
+        Some(i)
+            if url[..i].eq_ignore_ascii_case("http") || url[..i].eq_ignore_ascii_case("https") =>
+        {
+            format!("has {:?} not followed by //", &url[..=i])
+        }
+        _ if url.chars().any(char::is_whitespace) => {
+            "is not a URL (it has no scheme and contains spaces)".to_owned()
+        }
+        _ => "has no scheme (a host and path alone are not enough)".to_owned(),
     }
 }
 
@@ -273,6 +307,15 @@ mod tests {
         let kind = |url: &str| Target::parse(url).unwrap_err();
         assert!(matches!(kind("ftp://example/"), UrlError::Scheme { .. }));
         assert!(matches!(kind("example.com/hook"), UrlError::Scheme { .. }));
+        // The scheme error says what the URL has instead.
+        let says = |url: &str| kind(url).to_string();
+        assert!(says("not a url").contains("is not a URL (it has no scheme and contains spaces)"));
+        assert!(says("ftp://example/").contains("has the scheme \"ftp\", but only http and https"));
+        assert!(says("example.com/hook").contains("has no scheme"));
+        assert!(says("http:/example.com/hook").contains("has \"http:\" not followed by //"));
+        assert!(says(" http://h/").contains("begins or ends with spaces"));
+        assert!(says("").contains("is empty"));
+        assert!(says("not a url").contains("e.g. http://127.0.0.1:8080/hook"));
         assert!(matches!(kind("http://:80/"), UrlError::Host { .. }));
         assert!(matches!(kind("http:///x"), UrlError::Host { .. }));
         assert!(matches!(kind("http://[zz]:80/"), UrlError::Host { .. }));

@@ -106,6 +106,18 @@ pub trait Admin {
     /// Dead letters, newest first: the one with `id`, or up to `limit` of them.
     async fn dead_letters(&self, id: Option<i64>, limit: i64) -> Result<Vec<DeadRow>, StoreError>;
 
+    /// Up to `limit` dead letters with ids below `below` (all of them with `None`), newest
+    /// first: pages of `keyorder dlq list`, each after the last id of the one before.
+    async fn dead_letters_below(
+        &self,
+        below: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<DeadRow>, StoreError>;
+
+    /// How many dead letters have an id above `after_id` (with `after_id` the newest id when a
+    /// run started: how many the run wrote, for `keyorder work --until-empty`).
+    async fn dead_letters_after(&self, after_id: i64) -> Result<i64, StoreError>;
+
     /// Re-enqueues dead letter `id` at the tail, routed by `router`, and removes it from the
     /// dead letters in the same transaction: its new seq, or `None` when there is no such id.
     async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError>;
@@ -196,6 +208,14 @@ pub struct PartitionLag {
     pub keys_affected: i64,
     /// Failed attempts recorded at the head.
     pub head_attempts: i32,
+    /// Why the head's last attempt failed, when it has failed (what a stuck partition is stuck
+    /// on).
+    pub last_error: Option<String>,
+    /// When the head may be tried next (UTC, `YYYY-MM-DD HH:MM:SS.fff+00`), when a backoff was
+    /// recorded for it.
+    pub next_attempt_at: Option<String>,
+    /// Seconds until then (0 when it is due); `None` with no recorded backoff.
+    pub next_attempt_in_seconds: Option<f64>,
 }
 
 /// A key's queued rows, for skew reports.

@@ -285,6 +285,18 @@ impl Admin for AdminConn {
         delegate!(&self.0, a => a.depth().await)
     }
 
+    async fn dead_letters_below(
+        &self,
+        below: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<DeadRow>, StoreError> {
+        delegate!(&self.0, a => a.dead_letters_below(below, limit).await)
+    }
+
+    async fn dead_letters_after(&self, after_id: i64) -> Result<i64, StoreError> {
+        delegate!(&self.0, a => a.dead_letters_after(after_id).await)
+    }
+
     async fn empty_queue(&mut self, dead_letters: bool) -> Result<(), StoreError> {
         delegate!(&mut self.0, a => a.empty_queue(dead_letters).await)
     }

@@ -159,3 +159,82 @@ fn an_online_switch_needs_consent_and_the_count_in_force() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("the count in force is 32"), "{}", text(&o));
 }
+
+#[test]
+fn work_until_empty_exits_1_for_dead_letters_of_its_own_run_only() {
+    let Some(pg) = PgServer::start("cli_until_empty") else { return };
+    let url = pg.create_db("until_empty");
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    #[allow(clippy::disallowed_methods)] // the endpoint's clock
+    let receiver = super::endpoint::Endpoint::start(std::time::Instant::now());
+    receiver.shared.lock().unwrap().poison.insert("e3".into());
+    let input: String = (0..10)
+        .map(|i| format!("{{\"event_id\":\"e{i}\",\"subscription_id\":\"sub_{}\"}}\n", i % 3))
+        .collect();
+    assert!(keyorder(&["enqueue", "--database", &url], &input).status.success());
+    let work = ["work", "--database", &url, "--deliver", &receiver.url, "--until-empty"];
+    let o = keyorder(&[&work[..], &["--max-attempts", "1"]].concat(), "");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("but 1 dead letter(s) were written during the run"), "{}", text(&o));
+    assert_eq!(psql(&pg, "until_empty", "SELECT count(*) FROM delivery_queue"), "0");
+    // The next run finds nothing to do and the earlier dead letter is not its own.
+    let o = keyorder(&work, "");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("no dead letters written during the run"), "{}", text(&o));
+}
+
+#[test]
+fn lag_carries_the_heads_last_error_and_next_attempt() {
+    let Some(pg) = PgServer::start("cli_lag_head") else { return };
+    let url = pg.create_db("lag_head");
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    let input = "{\"event_id\":\"e1\",\"subscription_id\":\"sub_1\"}\n{\"event_id\":\"e2\",\"subscription_id\":\"sub_1\"}\n";
+    assert!(keyorder(&["enqueue", "--database", &url], input).status.success());
+    // A head never tried: no error, no next attempt.
+    let o = keyorder(&["lag", "--database", &url, "--json"], "");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let head = &v["partitions"][0];
+    assert!(head["last_error"].is_null() && head["next_attempt_in_seconds"].is_null(), "{v}");
+    // What a failed delivery records at the head (as the worker's backoff write does).
+    psql(
+        &pg,
+        "lag_head",
+        "UPDATE delivery_queue SET attempts = 2, last_error = 'HTTP 503 from the receiver',
+         not_before = now() + interval '30 seconds' WHERE event_id = 'e1'",
+    );
+    let o = keyorder(&["lag", "--database", &url, "--json"], "");
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let head = &v["partitions"][0];
+    assert_eq!(head["head_attempts"], 2, "{v}");
+    assert_eq!(head["last_error"], "HTTP 503 from the receiver", "{v}");
+    let next = head["next_attempt_in_seconds"].as_f64().expect("a backoff is recorded");
+    assert!(next > 20.0 && next <= 30.0, "{v}");
+    assert!(head["next_attempt_at"].as_str().is_some_and(|t| t.ends_with("+00")), "{v}");
+    let o = keyorder(&["lag", "--database", &url], "");
+    assert!(text(&o).contains("HTTP 503 from the receiver"), "{}", text(&o));
+}
+
+#[test]
+fn dlq_list_pages_with_limit_and_after() {
+    let Some(pg) = PgServer::start("cli_dlq_pages") else { return };
+    let url = pg.create_db("dlq_pages");
+    assert!(keyorder(&["migrate", "--database", &url], "").status.success());
+    psql(
+        &pg,
+        "dlq_pages",
+        "INSERT INTO delivery_dlq (partition, partition_key, event_id, payload, attempts, reason)
+         SELECT 0, 'k', 'd' || i, '{}', 5, 'HTTP 500' FROM generate_series(1, 5) AS i",
+    );
+    let ids = |o: &Output| -> Vec<i64> {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_i64().unwrap())
+            .collect()
+    };
+    let o = keyorder(&["dlq", "--database", &url, "list", "--json", "--limit", "3"], "");
+    assert_eq!(ids(&o), [5, 4, 3], "{}", text(&o));
+    assert!(text(&o).contains("--after 3"), "{}", text(&o));
+    let o = keyorder(&["dlq", "--database", &url, "list", "--json", "--after", "3"], "");
+    assert_eq!(ids(&o), [2, 1], "{}", text(&o));
+}

@@ -99,7 +99,8 @@ pub fn keys(e: &Endpoint) -> Vec<String> {
     k
 }
 
-/// The `work` flags of both runs: two attempts 1 ms apart, three seconds, one thread.
+/// The `work` flags of both runs: two attempts 1 ms apart, until the queue is empty (exit 1
+/// when the run dead-lettered anything), one thread.
 pub fn work_args(deliver: &str) -> Vec<String> {
     [
         "work",
@@ -111,8 +112,7 @@ pub fn work_args(deliver: &str) -> Vec<String> {
         "1",
         "--backoff-cap-ms",
         "1",
-        "--stop-after",
-        "3",
+        "--until-empty",
         "--threads",
         "1",
         "--idle-poll-ms",

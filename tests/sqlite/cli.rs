@@ -244,3 +244,191 @@ fn switch_on_sqlite_routes_new_events_with_the_new_count() {
         assert_eq!(partition, router.route(&key).0, "routed with 32 partitions");
     }
 }
+
+#[test]
+fn work_until_empty_drains_and_exits_0() {
+    let dir = TempDir::new("until-empty");
+    #[allow(clippy::disallowed_methods)] // the endpoint's clock
+    let receiver = super::endpoint::Endpoint::start(std::time::Instant::now());
+    events_file(&dir.0, 30);
+    let out = keyorder(&dir.0, &["enqueue", "events.jsonl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = keyorder(
+        &dir.0,
+        &[
+            "work",
+            "--deliver",
+            &receiver.url,
+            "--until-empty",
+            "--threads",
+            "2",
+            "--partitions",
+            "16",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("the queue is empty; no dead letters written"), "{}", text(&out));
+    let mut ids: Vec<String> = receiver.arrivals().into_iter().map(|a| a.event_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 30, "every event delivered before the exit");
+    let lag = keyorder(&dir.0, &["lag", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&lag.stdout).expect("json");
+    assert_eq!(v["partitions"].as_array().map(Vec::len), Some(0), "{v}");
+    let help = keyorder(&dir.0, &["work", "--help"]);
+    assert!(text(&help).contains("--until-empty"), "{}", text(&help));
+    assert!(text(&help).contains("1 when dead letters were written"), "{}", text(&help));
+}
+
+#[test]
+fn help_describes_the_thread_default_instead_of_printing_this_machines_cores() {
+    let dir = TempDir::new("help-defaults");
+    for (args, flag) in [(["work", "--help"], "--threads"), (["bench", "--help"], "--loops")] {
+        let help = text(&keyorder(&dir.0, &args));
+        let entry = help.split(&format!("{flag} <")).nth(1).expect("the flag is listed");
+        // Up to the next flag's line.
+        let entry: Vec<&str> = entry
+            .lines()
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || !l.trim_start().starts_with('-'))
+            .map(|(_, l)| l)
+            .collect();
+        let entry = entry.join("\n");
+        assert!(entry.contains("Default: the number of cores"), "{args:?}: {entry}");
+        assert!(!entry.contains("[default:"), "{args:?} prints a number: {entry}");
+    }
+}
+
+#[test]
+fn a_delivery_url_that_is_not_one_is_told_what_is_wrong() {
+    let dir = TempDir::new("bad-url");
+    let out = keyorder(&dir.0, &["work", "--deliver", "not a url", "--until-empty"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("is not a URL (it has no scheme and contains spaces)"),
+        "{}",
+        text(&out)
+    );
+    assert!(!dir.path("keyorder.db").exists(), "refused before anything was created");
+}
+
+/// `n` event lines, e0.. on sub_0..sub_4, as `events_file` writes them.
+fn event_lines(n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            format!("{{\"event_id\":\"e{i}\",\"subscription_id\":\"sub_{}\"}}", i % 5).into_bytes()
+        })
+        .collect()
+}
+
+/// Rows queued in `dir`'s keyorder.db.
+fn queued(dir: &Path) -> i64 {
+    let c = Connection::open(dir.join("keyorder.db")).unwrap();
+    c.query_row("SELECT count(*) FROM delivery_queue", [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn every_enqueue_error_names_one_line_and_what_was_committed_before_it() {
+    let dir = TempDir::new("enqueue-errors");
+    // Line 13 of 15 is not UTF-8; batches of 5 committed lines 1-10 before it.
+    let mut lines = event_lines(15);
+    lines[12] = b"{\"event_id\":\"caf\xe9\",\"subscription_id\":\"s\"}".to_vec();
+    std::fs::write(dir.path("latin1.jsonl"), lines.join(&b'\n')).unwrap();
+    let out = keyorder(&dir.0, &["enqueue", "--batch", "5", "latin1.jsonl"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let committed =
+        "enqueued 10 events from lines before 11 (0 duplicates skipped), nothing from line 11 on";
+    assert!(text(&out).contains("line 13: not UTF-8 text"), "{}", text(&out));
+    assert!(text(&out).contains(committed), "{}", text(&out));
+    assert_eq!(queued(&dir.0), 10);
+    // A JSON error: one line number, with serde's column, and the same wording of what landed.
+    let dir = TempDir::new("enqueue-json");
+    let mut lines = event_lines(8);
+    lines[6] = b"{\"event_id\":\"e6\",\"subscription_id\" \"sub_1\"}".to_vec();
+    std::fs::write(dir.path("bad.jsonl"), lines.join(&b'\n')).unwrap();
+    let out = keyorder(&dir.0, &["enqueue", "--batch", "5", "bad.jsonl"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("line 7 column 36: expected `:`;"), "{}", text(&out));
+    assert!(!text(&out).contains("at line 1"), "two line numbers: {}", text(&out));
+    let committed =
+        "enqueued 5 events from lines before 6 (0 duplicates skipped), nothing from line 6 on";
+    assert!(text(&out).contains(committed), "{}", text(&out));
+    assert_eq!(queued(&dir.0), 5);
+}
+
+#[test]
+fn lag_shows_why_the_head_fails_and_when_it_is_tried_next() {
+    let dir = TempDir::new("lag-head");
+    #[allow(clippy::disallowed_methods)] // the endpoint's clock
+    let receiver = super::endpoint::Endpoint::start(std::time::Instant::now());
+    receiver.shared.lock().unwrap().poison.insert("e0".into());
+    events_file(&dir.0, 5);
+    assert!(keyorder(&dir.0, &["enqueue", "--partitions", "1", "events.jsonl"]).status.success());
+    let out = keyorder(
+        &dir.0,
+        &[
+            "work",
+            "--deliver",
+            &receiver.url,
+            "--partitions",
+            "1",
+            "--threads",
+            "1",
+            "--backoff-base-ms",
+            "60000",
+            "--backoff-cap-ms",
+            "60000",
+            "--stop-after",
+            "1",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let lag = keyorder(&dir.0, &["lag", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&lag.stdout).expect("json");
+    let head = &v["partitions"][0];
+    // Full jitter may have made a retry due within the second: at least one failure.
+    assert!(head["head_attempts"].as_i64().is_some_and(|a| a >= 1), "{v}");
+    assert!(head["last_error"].as_str().is_some_and(|e| e.contains("500")), "{v}");
+    let next = head["next_attempt_in_seconds"].as_f64().expect("a backoff is recorded");
+    assert!((0.0..=60.0).contains(&next), "{v}");
+    assert!(head["next_attempt_at"].as_str().is_some_and(|t| t.ends_with("+00")), "{v}");
+    let table = text(&keyorder(&dir.0, &["lag"]));
+    assert!(table.contains("head's last error") && table.contains("500"), "{table}");
+}
+
+#[test]
+fn dlq_list_pages_newest_first_with_limit_and_after() {
+    let dir = TempDir::new("dlq-pages");
+    assert!(keyorder(&dir.0, &["migrate"]).status.success());
+    let c = Connection::open(dir.path("keyorder.db")).unwrap();
+    for i in 1..=5 {
+        c.execute(
+            "INSERT INTO delivery_dlq (partition, partition_key, event_id, payload, attempts, reason)
+             VALUES (0, 'k', ?1, '{}', 5, 'HTTP 500')",
+            [format!("d{i}")],
+        )
+        .unwrap();
+    }
+    let page = |args: &[&str]| {
+        let out = keyorder(&dir.0, &[&["dlq", "list", "--json"], args].concat());
+        assert!(out.status.success(), "{}", text(&out));
+        let ids: Vec<i64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_i64().unwrap())
+            .collect();
+        (ids, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ids, err) = page(&["--limit", "2"]);
+    assert_eq!(ids, [5, 4]);
+    assert!(err.contains("more may follow: keyorder dlq list --limit 2 --after 4"), "{err}");
+    let (ids, _) = page(&["--limit", "2", "--after", "4"]);
+    assert_eq!(ids, [3, 2]);
+    let (ids, err) = page(&["--limit", "2", "--after", "2"]);
+    assert_eq!(ids, [1]);
+    assert!(!err.contains("more may follow"), "the last page: {err}");
+    let (ids, err) = page(&["--after", "1"]);
+    assert!(ids.is_empty() && err.contains("no dead letters below id 1"), "{err}");
+    let out = keyorder(&dir.0, &["dlq", "list", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--limit must be at least 1"), "{}", text(&out));
+}

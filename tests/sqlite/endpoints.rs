@@ -34,14 +34,24 @@ fn each_key_goes_to_its_own_endpoint_and_a_bad_row_is_dead_lettered() {
             &default.url,
             "--max-attempts",
             "1",
-            "--stop-after",
-            "3",
+            "--until-empty",
             // The test's endpoints are on loopback, which rows may not reach by default.
             "--allow-endpoint-network",
             "127.0.0.0/8",
         ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Drained, but with dead letters written during the run: exit 1, saying so.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the queue is empty, but 4 dead letter(s) were written during the run"),
+        "{stderr}"
+    );
+    // A second run finds the queue empty: the dead letters of the first are not this run's.
+    let again = keyorder(&dir.0, &["work", "--deliver", &default.url, "--until-empty"]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("no dead letters written during the run"), "{stderr}");
     let keys = |e: &Endpoint| {
         let mut k: Vec<String> = e.arrivals().into_iter().map(|a| a.key).collect();
         k.sort();

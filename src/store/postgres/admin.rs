@@ -101,6 +101,22 @@ impl Admin for PgAdmin {
         super::endpoints::remove(&self.client, key).await
     }
 
+    async fn dead_letters_below(
+        &self,
+        below: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<DeadRow>, StoreError> {
+        queue::dead_letter_page(&self.client, None, below, limit).await
+    }
+
+    async fn dead_letters_after(&self, after_id: i64) -> Result<i64, StoreError> {
+        Ok(self
+            .client
+            .query_one("SELECT count(*) FROM delivery_dlq WHERE id > $1", &[&after_id])
+            .await?
+            .get(0))
+    }
+
     async fn depth(&self) -> Result<i64, StoreError> {
         queue::depth(&self.client).await
     }

@@ -134,9 +134,16 @@ pub async fn consumer_count(client: &Client) -> Result<Option<PartitionCount>, S
 pub async fn lag(client: &Client) -> Result<Vec<PartitionLag>, StoreError> {
     let rows = client
         .query(
-            "SELECT partition, count(*), EXTRACT(EPOCH FROM max(now() - enqueued_at))::float8,
-                    count(DISTINCT partition_key), (array_agg(attempts ORDER BY seq))[1]::int4
-             FROM delivery_queue GROUP BY partition ORDER BY 3 DESC, 1",
+            "WITH g AS (
+               SELECT partition, count(*) AS depth,
+                      EXTRACT(EPOCH FROM max(now() - enqueued_at))::float8 AS wait,
+                      count(DISTINCT partition_key) AS keys, min(seq) AS head
+               FROM delivery_queue GROUP BY partition)
+             SELECT g.partition, g.depth, g.wait, g.keys, h.attempts::int4, h.last_error,
+                    to_char(h.not_before AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') || '+00',
+                    CASE WHEN h.not_before IS NOT NULL
+                         THEN GREATEST(EXTRACT(EPOCH FROM (h.not_before - now())), 0)::float8 END
+             FROM g JOIN delivery_queue h ON h.seq = g.head ORDER BY 3 DESC, 1",
             &[],
         )
         .await?;
@@ -148,6 +155,9 @@ pub async fn lag(client: &Client) -> Result<Vec<PartitionLag>, StoreError> {
             oldest_wait_seconds: r.get(2),
             keys_affected: r.get(3),
             head_attempts: r.get(4),
+            last_error: r.get(5),
+            next_attempt_at: r.get(6),
+            next_attempt_in_seconds: r.get(7),
         })
         .collect())
 }
@@ -183,12 +193,24 @@ pub async fn dead_letters(
     id: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadRow>, StoreError> {
+    dead_letter_page(client, id, None, limit).await
+}
+
+/// Dead-lettered rows, newest first, at most `limit`: with `id` that one only, with `below`
+/// only ids below it (the next page after a page ending at `below`).
+pub async fn dead_letter_page(
+    client: &Client,
+    id: Option<i64>,
+    below: Option<i64>,
+    limit: i64,
+) -> Result<Vec<DeadRow>, StoreError> {
     let rows = client
         .query(
             "SELECT id, seq, partition, partition_key, event_id, attempts, reason,
                     dead_lettered_at::text, payload::text
-             FROM delivery_dlq WHERE ($1::int8 IS NULL OR id = $1) ORDER BY id DESC LIMIT $2",
-            &[&id, &limit],
+             FROM delivery_dlq WHERE ($1::int8 IS NULL OR id = $1) AND ($3::int8 IS NULL OR id < $3)
+             ORDER BY id DESC LIMIT $2",
+            &[&id, &limit, &below],
         )
         .await?;
     Ok(rows

@@ -103,6 +103,22 @@ impl Admin for SqliteAdmin {
         super::endpoints::remove(&self.conn, key)
     }
 
+    async fn dead_letters_below(
+        &self,
+        below: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<DeadRow>, StoreError> {
+        queue::dead_letter_page(&self.conn, None, below, limit)
+    }
+
+    async fn dead_letters_after(&self, after_id: i64) -> Result<i64, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM delivery_dlq WHERE id > ?1",
+            [after_id],
+            |r| r.get(0),
+        )?)
+    }
+
     async fn depth(&self) -> Result<i64, StoreError> {
         // A count on an indexed table: short enough to run on the caller's runtime.
         queue::depth(&self.conn)

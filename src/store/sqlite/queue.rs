@@ -112,10 +112,14 @@ pub fn consumer_count(c: &Connection) -> Result<Option<PartitionCount>, StoreErr
 /// Per-partition depth, oldest wait, keys affected and attempts at the head, oldest first.
 pub fn lag(c: &Connection) -> Result<Vec<PartitionLag>, StoreError> {
     let mut stmt = c.prepare(
-        "SELECT partition, count(*), max(unixepoch('subsec') - min(enqueued_at), 0),
-                count(DISTINCT partition_key),
-                (SELECT h.attempts FROM delivery_queue h WHERE h.partition = q.partition ORDER BY h.seq LIMIT 1)
-         FROM delivery_queue q GROUP BY partition ORDER BY 3 DESC, 1",
+        "WITH g AS (
+           SELECT partition, count(*) AS depth, max(unixepoch('subsec') - min(enqueued_at), 0) AS wait,
+                  count(DISTINCT partition_key) AS keys, min(seq) AS head
+           FROM delivery_queue GROUP BY partition)
+         SELECT g.partition, g.depth, g.wait, g.keys, h.attempts, h.last_error,
+                strftime('%Y-%m-%d %H:%M:%f+00', h.not_before, 'unixepoch'),
+                CASE WHEN h.not_before IS NOT NULL THEN max(h.not_before - unixepoch('subsec'), 0) END
+         FROM g JOIN delivery_queue h ON h.seq = g.head ORDER BY 3 DESC, 1",
     )?;
     let rows = stmt.query_map([], |r| {
         Ok(PartitionLag {
@@ -124,6 +128,9 @@ pub fn lag(c: &Connection) -> Result<Vec<PartitionLag>, StoreError> {
             oldest_wait_seconds: r.get(2)?,
             keys_affected: r.get(3)?,
             head_attempts: r.get(4)?,
+            last_error: r.get(5)?,
+            next_attempt_at: r.get(6)?,
+            next_attempt_in_seconds: r.get(7)?,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -161,12 +168,24 @@ pub fn dead_letters(
     id: Option<i64>,
     limit: i64,
 ) -> Result<Vec<DeadRow>, StoreError> {
+    dead_letter_page(c, id, None, limit)
+}
+
+/// Dead-lettered rows, newest first, at most `limit`: with `id` that one only, with `below`
+/// only ids below it (the next page after a page ending at `below`).
+pub fn dead_letter_page(
+    c: &Connection,
+    id: Option<i64>,
+    below: Option<i64>,
+    limit: i64,
+) -> Result<Vec<DeadRow>, StoreError> {
     let mut stmt = c.prepare(
         "SELECT id, seq, partition, partition_key, event_id, attempts, reason,
                 strftime('%Y-%m-%d %H:%M:%f+00', dead_lettered_at, 'unixepoch'), payload
-         FROM delivery_dlq WHERE (?1 IS NULL OR id = ?1) ORDER BY id DESC LIMIT ?2",
+         FROM delivery_dlq WHERE (?1 IS NULL OR id = ?1) AND (?3 IS NULL OR id < ?3)
+         ORDER BY id DESC LIMIT ?2",
     )?;
-    let rows = stmt.query_map(params![id, limit], |r| {
+    let rows = stmt.query_map(params![id, limit, below], |r| {
         Ok(DeadRow {
             id: r.get(0)?,
             seq: r.get(1)?,
