@@ -14,7 +14,8 @@ use crate::endpoints::EndpointRow;
 use crate::key::Event;
 use crate::routing::{PartitionCount, Router};
 use crate::store::admin::{
-    Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag, SplitKey,
+    Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag,
+    SplitKey,
 };
 use crate::store::StoreError;
 
