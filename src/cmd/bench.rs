@@ -1,7 +1,8 @@
 //! `keyorder bench`: throughput of the store (PostgreSQL, or SQLite for `sqlite:PATH`) with a no-op deliverer: batch enqueue,
 //! drain with 1, 2, 4, 8 workers over 16 partitions, and drain after a million events have
-//! churned through the table compared with a fresh (truncated) one, best of three each. Durable commits (the server's default
-//! `synchronous_commit = on`). Use a throwaway database: it empties the queue tables.
+//! churned through the table compared with a fresh (truncated) one, best of three each. Durable commits (PostgreSQL: the server's default
+//! `synchronous_commit = on`; SQLite: the enqueue connection `synchronous = FULL` unless
+//! `--durability normal`, the workers' `NORMAL`). Use a throwaway database: it empties the queue tables.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -13,7 +14,7 @@ use keyorder::clock::{Clock, TokioClock};
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::Head;
 use keyorder::key::Event;
-use keyorder::store::admin::Admin;
+use keyorder::store::admin::{Admin, Durability};
 use keyorder::store::open::{Location, OpenMode, StoreFactory, StoreOptions};
 use keyorder::store::Store;
 use keyorder::worker::{self, WorkerConfig};
@@ -62,6 +63,10 @@ pub struct BenchArgs {
     /// as before parking, to compare the two.
     #[arg(long)]
     strict_partition_order: bool,
+    /// The batch enqueue's durability, as `keyorder enqueue --durability` (SQLite only): what
+    /// producers get by default is `full`.
+    #[arg(long, value_enum, default_value_t = Durability::Full)]
+    durability: Durability,
 }
 
 /// Accepts everything at once, counting deliveries.
@@ -97,9 +102,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let mut c = location.open_admin(OpenMode::Migrate).await.map_err(open_error)?;
         c.migrate().await?;
         c.empty_queue(true).await?;
+        // The enqueues below run on this connection: they commit as a producer's would.
+        c.set_durability(args.durability)?;
         if let Some(path) = location.file() {
+            let enqueue = match args.durability {
+                Durability::Full => "FULL",
+                Durability::Normal => "NORMAL",
+            };
             println!(
-                "SQLite store {}: journal_mode=WAL, synchronous=NORMAL, {PARTITIONS} partitions, no-op deliverer",
+                "SQLite store {}: journal_mode=WAL, enqueue synchronous={enqueue}, workers synchronous=NORMAL, {PARTITIONS} partitions, no-op deliverer",
                 path.display()
             );
         }

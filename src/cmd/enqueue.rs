@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use keyorder::key::Event;
-use keyorder::store::admin::Admin;
+use keyorder::store::admin::{Admin, Durability};
 use keyorder::store::open::{AdminConn, OpenMode};
 use keyorder::{PartitionCount, Router};
 
@@ -27,6 +27,11 @@ pub struct EnqueueArgs {
     /// key commit in seq order.
     #[arg(long)]
     serialise_keys: bool,
+    /// `full`: each batch is on disk before it counts as enqueued (a power cut loses nothing
+    /// reported). `normal`: durable at the next checkpoint, faster; a power cut may lose the
+    /// last batches. SQLite only: PostgreSQL follows its server's `synchronous_commit`.
+    #[arg(long, value_enum, default_value_t = Durability::Full)]
+    durability: Durability,
     /// JSON lines of events ({"event_id", "subscription_id", "tenant_id", "resource_id",
     /// "payload"}); standard input when absent or `-`.
     file: Option<PathBuf>,
@@ -43,6 +48,7 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
     let router = Router::new(args.partitions);
     block_on(async move {
         let mut client = args.db.admin(OpenMode::Create).await?;
+        client.set_durability(args.durability)?;
         let (mut total, mut dups, mut batch, mut first_line) = (0u64, 0usize, Vec::new(), 1u64);
         for (i, line) in input.lines().enumerate() {
             let no = i as u64 + 1;

@@ -151,6 +151,28 @@ pub trait Admin {
     /// (PostgreSQL's MVCC), which the bench's churn measurement shows; `false` for a store that
     /// reuses deleted pages at once.
     fn deletes_leave_bloat(&self) -> bool;
+
+    /// Sets how durable this connection's commits are before they return (see
+    /// [`Durability`]). A store whose commits follow its server's setting (PostgreSQL:
+    /// `synchronous_commit`) accepts either value and changes nothing.
+    fn set_durability(&mut self, durability: Durability) -> Result<(), StoreError>;
+
+    /// How durable this connection's commits are, as the store reports it now (SQLite: read
+    /// back from `PRAGMA synchronous`); `None` for a store whose commits follow its server's
+    /// setting (PostgreSQL).
+    fn durability(&self) -> Result<Option<Durability>, StoreError>;
+}
+
+/// How durable a producer's commits are when the call that made them returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Durability {
+    /// On disk before the commit returns (SQLite `synchronous = FULL`): a power cut loses no
+    /// event a producer was told was enqueued. The default for every admin connection.
+    #[default]
+    Full,
+    /// Durable at the next WAL checkpoint (SQLite `synchronous = NORMAL`): a process crash
+    /// loses nothing, a power cut may lose the last commits. For producers that accept that.
+    Normal,
 }
 
 /// Waits until the queue is empty (the drain step of drain-and-switch), polling every `poll`

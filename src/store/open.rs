@@ -12,7 +12,7 @@ use crate::routing::{PartitionCount, Router};
 pub use crate::store::admin::{OpenError, OpenMode};
 
 use crate::store::admin::{
-    Admin, DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey,
+    Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey,
 };
 use crate::store::any::AnyStore;
 use crate::store::postgres::admin::PgAdmin;
@@ -303,5 +303,13 @@ impl Admin for AdminConn {
 
     fn deletes_leave_bloat(&self) -> bool {
         delegate!(&self.0, a => a.deletes_leave_bloat())
+    }
+
+    fn set_durability(&mut self, durability: Durability) -> Result<(), StoreError> {
+        delegate!(&mut self.0, a => a.set_durability(durability))
+    }
+
+    fn durability(&self) -> Result<Option<Durability>, StoreError> {
+        delegate!(&self.0, a => a.durability())
     }
 }

@@ -13,6 +13,7 @@ mod conformance;
 
 mod address_policy;
 mod cli;
+mod durability;
 mod endpoints;
 mod fixture;
 mod sigstop;

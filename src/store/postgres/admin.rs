@@ -7,7 +7,8 @@ use crate::endpoints::EndpointRow;
 use crate::key::Event;
 use crate::routing::{PartitionCount, Router};
 use crate::store::admin::{
-    Admin, DeadRow, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag, SplitKey,
+    Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag,
+    SplitKey,
 };
 use crate::store::StoreError;
 
@@ -132,6 +133,16 @@ impl Admin for PgAdmin {
 
     fn deletes_leave_bloat(&self) -> bool {
         true
+    }
+
+    fn set_durability(&mut self, _durability: Durability) -> Result<(), StoreError> {
+        // A commit here is as durable as the server's `synchronous_commit` makes it (on by
+        // default: flushed before COMMIT returns); the producer's choice does not override it.
+        Ok(())
+    }
+
+    fn durability(&self) -> Result<Option<Durability>, StoreError> {
+        Ok(None)
     }
 }
 

@@ -1,5 +1,10 @@
 //! [`Admin`] on SQLite: one connection to the file, opened as [`schema::open`] allows. The
 //! calls block: they run on the command line's runtime with nothing else on it.
+//!
+//! This is the producer's connection (`keyorder enqueue`, `dlq redrive`, the bench's enqueue):
+//! it commits with `synchronous = FULL` unless [`Admin::set_durability`] says otherwise, so an
+//! enqueue that returned survives a power cut. The worker's connections stay `NORMAL`: a lost
+//! acknowledgement is redelivered (a duplicate), never lost.
 
 use std::path::Path;
 
@@ -9,7 +14,8 @@ use crate::endpoints::EndpointRow;
 use crate::key::Event;
 use crate::routing::{PartitionCount, Router};
 use crate::store::admin::{
-    Admin, DeadRow, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag, SplitKey,
+    Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag,
+    SplitKey,
 };
 use crate::store::StoreError;
 
@@ -23,10 +29,15 @@ pub struct SqliteAdmin {
 impl SqliteAdmin {
     /// Opens the file at `path` as `mode` allows (see [`schema::open`]); a refusal the user can
     /// fix (no such file, not a database, read-only, another schema version) is
-    /// [`OpenError::Unusable`].
+    /// [`OpenError::Unusable`]. Its commits are [`Durability::Full`].
     pub fn open(path: &Path, mode: OpenMode) -> Result<Self, OpenError> {
-        match schema::open(path, mode) {
-            Ok(conn) => Ok(Self { conn }),
+        let opened = schema::open(path, mode).and_then(|conn| {
+            let mut admin = Self { conn };
+            admin.set_durability(Durability::Full)?;
+            Ok(admin)
+        });
+        match opened {
+            Ok(admin) => Ok(admin),
             Err(error @ (StoreError::Refused { .. } | StoreError::CannotOpen { .. })) => {
                 Err(OpenError::Unusable { file: path.to_owned(), error })
             }
@@ -135,5 +146,19 @@ impl Admin for SqliteAdmin {
 
     fn deletes_leave_bloat(&self) -> bool {
         false
+    }
+
+    fn set_durability(&mut self, durability: Durability) -> Result<(), StoreError> {
+        let level = match durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        Ok(self.conn.pragma_update(None, "synchronous", level)?)
+    }
+
+    fn durability(&self) -> Result<Option<Durability>, StoreError> {
+        // 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA; this connection only ever sets 1 or 2.
+        let level: i64 = self.conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+        Ok(Some(if level >= 2 { Durability::Full } else { Durability::Normal }))
     }
 }

@@ -26,9 +26,10 @@ pub(crate) struct Conn {
     tx: mpsc::Sender<Job>,
 }
 
-/// The pragmas every connection runs with: WAL (readers never block the writer), NORMAL
+/// The pragmas every connection opens with: WAL (readers never block the writer), NORMAL
 /// synchronisation (durable at checkpoints; a power cut may lose the last commits, a process
-/// crash loses nothing), and a busy timeout instead of immediate `SQLITE_BUSY`.
+/// crash loses nothing), and a busy timeout instead of immediate `SQLITE_BUSY`. The producer's
+/// connection ([`super::admin::SqliteAdmin::open`]) then raises it to FULL.
 pub(crate) fn configure(conn: &Connection, busy_timeout: Duration) -> Result<(), StoreError> {
     conn.busy_timeout(busy_timeout)?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;

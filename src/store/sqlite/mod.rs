@@ -7,8 +7,9 @@
 //!   fencing is by holder and epoch in each statement, not by connection; one connection per
 //!   worker also keeps its page cache valid (in WAL mode a commit by another connection
 //!   invalidates it), which is most of the throughput. The connection runs in WAL mode with
-//!   `synchronous = NORMAL` and a busy timeout; every write is one `BEGIN IMMEDIATE`
-//!   transaction.
+//!   `synchronous = NORMAL` (a power cut may lose its last acknowledgements: duplicates, never
+//!   losses) and a busy timeout; every write is one `BEGIN IMMEDIATE` transaction. The
+//!   producer's connection ([`admin::SqliteAdmin`]) commits with `synchronous = FULL`.
 //! * **Leases.** `keyorder_lease` has a row per partition: holder, epoch (incremented, across
 //!   all partitions, at each acquisition: the fencing token), expiry (Unix seconds computed
 //!   inside SQL, so Rust reads no wall clock) and how the last holder gave it up. A lease is

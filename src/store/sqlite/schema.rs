@@ -169,7 +169,7 @@ fn inspect(path: &Path) -> Result<Found, StoreError> {
 
 /// Opens the keyorder database at `path` as `mode` allows, checking it first (see the module
 /// docs): on a refusal nothing has been written. The connection is configured (WAL,
-/// `synchronous = NORMAL`, busy timeout) and, unless `mode` is [`OpenMode::Migrate`], its
+/// `synchronous = NORMAL`, as the worker's connections keep it, busy timeout) and, unless `mode` is [`OpenMode::Migrate`], its
 /// schema is current.
 pub fn open(path: &Path, mode: OpenMode) -> Result<Connection, StoreError> {
     open_checked(path, mode).map_err(super::error::opening)
