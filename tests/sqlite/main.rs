@@ -15,5 +15,6 @@ mod address_policy;
 mod cli;
 mod endpoints;
 mod fixture;
+mod metrics;
 mod sigstop;
 mod threads;
