@@ -11,6 +11,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::store::admin::PartitionLag;
@@ -18,6 +19,36 @@ use crate::worker::WorkerEvent;
 
 /// Label pairs of one series (`partition` or `worker`).
 type Labels = Vec<(String, String)>;
+
+/// How one delivery attempt ended, as the worker's retry policy settles it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// A 2xx: the event is acknowledged.
+    Accepted,
+    /// Failed (or timed out) with attempts left: retried after a backoff.
+    Retried,
+    /// Failed (or timed out) on its last attempt: dead-lettered.
+    DeadLettered,
+    /// No answer within the delivery timeout, with attempts left (then retried).
+    TimedOut,
+}
+
+impl DeliveryOutcome {
+    /// The `outcome` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            DeliveryOutcome::Accepted => "accepted",
+            DeliveryOutcome::Retried => "retried",
+            DeliveryOutcome::DeadLettered => "dead_lettered",
+            DeliveryOutcome::TimedOut => "timed_out",
+        }
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 5 ms to about 41 s.
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
 
 /// The content type of [`Metrics::encode`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -35,6 +66,8 @@ pub struct Metrics {
     released: Family<Labels, Counter>,
     lost: Family<Labels, Counter>,
     store_errors: Family<Labels, Counter>,
+    deliveries: Family<Labels, Counter>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for Metrics {
@@ -59,6 +92,8 @@ impl Metrics {
             released: Family::default(),
             lost: Family::default(),
             store_errors: Family::default(),
+            deliveries: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
         };
         registry.register(
             "keyorder_partition_depth",
@@ -105,6 +140,16 @@ impl Metrics {
             "Membership session failures (the worker reconnects)",
             m.store_errors.clone(),
         );
+        registry.register(
+            "keyorder_worker_deliveries",
+            "Delivery attempts by outcome (accepted, retried, dead_lettered, timed_out)",
+            m.deliveries.clone(),
+        );
+        registry.register(
+            "keyorder_worker_delivery_seconds",
+            "Time from sending a delivery to its answer (or to its timeout)",
+            m.latency.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -144,6 +189,19 @@ impl Metrics {
                 self.store_errors.get_or_create(&labels).inc();
             }
         }
+    }
+
+    /// Counts one delivery attempt of the loop `worker` that ended as `outcome` after
+    /// `seconds`.
+    pub fn delivered(&self, worker: &str, outcome: DeliveryOutcome, seconds: f64) {
+        let labels = vec![
+            ("worker".to_owned(), worker.to_owned()),
+            ("outcome".to_owned(), outcome.label().to_owned()),
+        ];
+        self.deliveries.get_or_create(&labels).inc();
+        self.latency
+            .get_or_create(&vec![("worker".to_owned(), worker.to_owned())])
+            .observe(seconds);
     }
 
     /// The registry as OpenMetrics text (what Prometheus scrapes), ending in `# EOF`.

@@ -18,10 +18,13 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use keyorder::metrics::{Metrics, CONTENT_TYPE};
+use keyorder::deliver::{Deliver, DeliverError};
+use keyorder::drain::Head;
+use keyorder::metrics::{DeliveryOutcome, Metrics, CONTENT_TYPE};
 use keyorder::store::admin::{Admin, OpenMode};
 use keyorder::store::open::{AdminConn, Location};
 use keyorder::worker::{Observer, WorkerEvent};
+use keyorder::PartitionId;
 
 use super::bad_input::BadInput;
 
@@ -55,6 +58,82 @@ impl MetricsHandle {
             (inner.0)(e);
             handle.observe(&worker, e);
         }))
+    }
+}
+
+/// A deliverer that counts each attempt's outcome and latency into `--metrics-addr`'s
+/// registry (nothing without it). An attempt the worker abandons at its delivery timeout (the
+/// future dropped unanswered) counts as timed out, or dead-lettered on its last attempt.
+#[derive(Clone)]
+pub(crate) struct Counting<D> {
+    inner: D,
+    metrics: Option<(Arc<Metrics>, Arc<str>)>,
+    max_attempts: u32,
+}
+
+impl<D> Counting<D> {
+    /// Wraps `inner` for the loop `worker` under a retry policy of `max_attempts`.
+    pub(crate) fn new(
+        inner: D,
+        handle: Option<&MetricsHandle>,
+        worker: &str,
+        max_attempts: u32,
+    ) -> Self {
+        let metrics = handle.map(|h| (h.metrics.clone(), Arc::from(worker)));
+        Counting { inner, metrics, max_attempts }
+    }
+}
+
+/// One attempt in flight; counted when finished, or on drop (abandoned at the timeout).
+struct Attempt {
+    metrics: Option<(Arc<Metrics>, Arc<str>)>,
+    last: bool,
+    #[allow(clippy::disallowed_methods)] // not simulated: a latency in real time
+    start: Instant,
+}
+
+impl Attempt {
+    fn finish(&mut self, result: &Result<(), DeliverError>) {
+        let outcome = match result {
+            Ok(()) => DeliveryOutcome::Accepted,
+            Err(_) if self.last => DeliveryOutcome::DeadLettered,
+            Err(DeliverError::Timeout { .. }) => DeliveryOutcome::TimedOut,
+            Err(_) => DeliveryOutcome::Retried,
+        };
+        self.count(outcome);
+    }
+
+    fn count(&mut self, outcome: DeliveryOutcome) {
+        if let Some((metrics, worker)) = self.metrics.take() {
+            metrics.delivered(&worker, outcome, self.start.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        let outcome =
+            if self.last { DeliveryOutcome::DeadLettered } else { DeliveryOutcome::TimedOut };
+        self.count(outcome);
+    }
+}
+
+impl<D: Deliver> Deliver for Counting<D> {
+    #[allow(clippy::disallowed_methods)] // not simulated: a latency in real time
+    async fn deliver(
+        &mut self,
+        partition: PartitionId,
+        head: &Head,
+        attempt: u32,
+    ) -> Result<(), DeliverError> {
+        let mut pending = Attempt {
+            metrics: self.metrics.clone(),
+            last: attempt >= self.max_attempts,
+            start: Instant::now(),
+        };
+        let result = self.inner.deliver(partition, head, attempt).await;
+        pending.finish(&result);
+        result
     }
 }
 

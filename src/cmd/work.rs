@@ -246,10 +246,16 @@ fn run_threads(
         let mut config = settings.config();
         let name = super::workers::loop_name(&settings.name, index, threads);
         config.observer = Some(match &settings.metrics {
-            Some(m) => m.wrap(name.clone(), observer(name)),
-            None => observer(name),
+            Some(m) => m.wrap(name.clone(), observer(name.clone())),
+            None => observer(name.clone()),
         });
         let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
+        let deliverer = super::metrics::Counting::new(
+            deliverer,
+            settings.metrics.as_ref(),
+            &name,
+            settings.retry.max_attempts(),
+        );
         Ok((stores.make()?, deliverer, config))
     })?;
     eprintln!(

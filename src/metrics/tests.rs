@@ -17,6 +17,9 @@ fn populated() -> Metrics {
     m.observe("w", &WorkerEvent::Released { partition, epoch });
     m.observe("w", &WorkerEvent::Lost { partition, epoch, error: "x".into() });
     m.observe("w", &WorkerEvent::StoreUnavailable { error: "x".into() });
+    for outcome in [DeliveryOutcome::Accepted, DeliveryOutcome::DeadLettered] {
+        m.delivered("w", outcome, 0.01);
+    }
     m
 }
 

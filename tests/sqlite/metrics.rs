@@ -104,22 +104,26 @@ fn metrics_during_a_drain_agree_with_the_store_and_the_receiver() {
     // Now let them through: the drain empties every partition's series.
     endpoint.shared.lock().unwrap().poison.clear();
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let body = loop {
         std::thread::sleep(Duration::from_millis(1100));
         let (_, body) = get(port, "/metrics").expect("scrape");
         if by_partition(&body, "keyorder_partition_depth").is_empty() {
-            break;
+            break body;
         }
         assert!(Instant::now() < deadline, "not drained: {body}");
-    }
-    let accepted: std::collections::BTreeSet<String> = endpoint
-        .shared
-        .lock()
-        .unwrap()
-        .arrivals
-        .iter()
-        .filter(|a| a.accepted)
-        .map(|a| a.event_id.clone())
-        .collect();
+    };
+    let arrivals = endpoint.shared.lock().unwrap().arrivals.clone();
+    let accepted: std::collections::BTreeSet<String> =
+        arrivals.iter().filter(|a| a.accepted).map(|a| a.event_id.clone()).collect();
     assert_eq!(accepted.len(), n, "the receiver accepted every event once the store shows none");
+    let refused = arrivals.iter().filter(|a| !a.accepted).count();
+    let count = |outcome: &str| -> usize {
+        let prefix =
+            format!("keyorder_worker_deliveries_total{{worker=\"worker\",outcome=\"{outcome}\"}} ");
+        body.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.trim().parse().unwrap())
+    };
+    assert_eq!(count("accepted"), n, "{body}");
+    assert_eq!(count("retried"), refused, "each 500 the receiver sent is one retry: {body}");
+    assert_eq!(count("dead_lettered"), 0, "{body}");
+    assert!(body.contains("keyorder_worker_delivery_seconds_count{worker=\"worker\"}"), "{body}");
 }
