@@ -50,6 +50,7 @@ impl Drop for Kill {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // a real-time test of a real process
 fn metrics_during_a_drain_agree_with_the_store_and_the_receiver() {
     let dir = TempDir::new("metrics");
     let n = 40;
