@@ -128,3 +128,23 @@ fn metrics_during_a_drain_agree_with_the_store_and_the_receiver() {
     assert_eq!(count("dead_lettered"), 0, "{body}");
     assert!(body.contains("keyorder_worker_delivery_seconds_count{worker=\"worker\"}"), "{body}");
 }
+
+#[test]
+fn a_metrics_address_that_cannot_be_bound_is_bad_input() {
+    let dir = TempDir::new("metrics-bad-addr");
+    let out = keyorder(
+        &dir.0,
+        &[
+            "work",
+            "--deliver",
+            "http://127.0.0.1:9/",
+            "--metrics-addr",
+            "nonsense",
+            "--stop-after",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--metrics-addr nonsense: cannot listen there"), "{err}");
+}
