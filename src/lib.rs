@@ -26,6 +26,7 @@ mod ids;
 pub mod key;
 pub mod lease;
 pub mod liveness;
+pub mod metrics;
 pub mod plan;
 pub mod repartition;
 pub mod retry;

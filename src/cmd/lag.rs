@@ -32,29 +32,10 @@ pub fn lag(args: LagArgs) -> anyhow::Result<()> {
                 )?
             );
         } else if args.prom {
-            for (name, help) in [
-                ("keyorder_partition_depth", "Rows queued in the partition."),
-                (
-                    "keyorder_partition_oldest_wait_seconds",
-                    "Age of the oldest queued row; alert on this.",
-                ),
-                ("keyorder_partition_keys", "Distinct keys queued in the partition."),
-                (
-                    "keyorder_partition_head_attempts",
-                    "Failed attempts recorded at the partition's head.",
-                ),
-            ] {
-                println!("# HELP {name} {help}\n# TYPE {name} gauge");
-                for l in &lag {
-                    let v = match name {
-                        "keyorder_partition_depth" => l.depth as f64,
-                        "keyorder_partition_oldest_wait_seconds" => l.oldest_wait_seconds,
-                        "keyorder_partition_keys" => l.keys_affected as f64,
-                        _ => f64::from(l.head_attempts),
-                    };
-                    println!("{name}{{partition=\"{}\"}} {v}", l.partition);
-                }
-            }
+            // The names and encoder of `keyorder work --metrics-addr`.
+            let metrics = keyorder::metrics::Metrics::new();
+            metrics.set_lag(&lag);
+            print!("{}", metrics.encode());
         } else {
             println!(
                 "{:>9} {:>9} {:>14} {:>9} {:>13} {:>13}  head's last error",

@@ -17,6 +17,7 @@ mod dlq;
 mod endpoints;
 mod enqueue;
 mod lag;
+mod metrics;
 mod migrate;
 mod plan;
 mod receiver;

@@ -83,6 +83,10 @@ pub struct WorkArgs {
     /// or dead-lettered (by default it blocks only its own key).
     #[arg(long)]
     strict_partition_order: bool,
+    /// Serve Prometheus metrics on http://HOST:PORT/metrics and a health check on /healthz
+    /// (200 once a partition is leased and the store answers; 503 otherwise).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
 }
 
 impl WorkArgs {
@@ -118,6 +122,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         session_bound: None,
         max_parked_keys: args.max_parked_keys,
         strict_partition_order: args.strict_partition_order,
+        metrics: None,
     };
     if args.request_timeout_ms == 0 {
         return Err(BadInput("--request-timeout-ms must be greater than zero".into()).into());
@@ -141,7 +146,12 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             },
         )
         .map_err(open_error)?;
+    let metrics = match &args.metrics_addr {
+        Some(addr) => Some(super::metrics::start(addr, location.clone())?),
+        None => None,
+    };
     let settings = LoopSettings {
+        metrics,
         takeover_delay: stores.takeover_delay(),
         session_bound: stores.session_bound(),
         ..settings
@@ -188,6 +198,8 @@ struct LoopSettings {
     session_bound: Option<(Duration, Duration)>,
     max_parked_keys: usize,
     strict_partition_order: bool,
+    /// `--metrics-addr`: what every loop's observer counts into.
+    metrics: Option<super::metrics::MetricsHandle>,
 }
 
 impl LoopSettings {
@@ -254,8 +266,17 @@ fn run_threads(
     let report = super::workers::run(threads, when, move |index| {
         let mut config = settings.config();
         let name = super::workers::loop_name(&settings.name, index, threads);
-        config.observer = Some(observer(name));
+        config.observer = Some(match &settings.metrics {
+            Some(m) => m.wrap(name.clone(), observer(name.clone())),
+            None => observer(name.clone()),
+        });
         let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
+        let deliverer = super::metrics::Counting::new(
+            deliverer,
+            settings.metrics.as_ref(),
+            &name,
+            settings.retry.max_attempts(),
+        );
         Ok((stores.make()?, deliverer, config))
     })?;
     let workers = &report.workers;

@@ -140,6 +140,18 @@ impl PgServer {
         self.pg_ctl("restart");
     }
 
+    /// `pg_ctl stop -m immediate`: the server is down (every session cut, nothing listening)
+    /// until [`PgServer::start_again`].
+    pub fn stop_immediate(&self) {
+        let data = self.data();
+        self.run(&["pg_ctl", "stop", "-w", "-m", "immediate", "-D", &data], false);
+    }
+
+    /// Starts the server stopped by [`PgServer::stop_immediate`] again, on the same port.
+    pub fn start_again(&self) {
+        self.pg_ctl("start");
+    }
+
     /// A URL for database `db`.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)

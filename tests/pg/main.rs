@@ -14,6 +14,7 @@ mod conformance_pg;
 mod crash;
 mod leases;
 mod liveness;
+mod metrics;
 mod online;
 mod ordering;
 mod poison;

@@ -16,5 +16,6 @@ mod cli;
 mod durability;
 mod endpoints;
 mod fixture;
+mod metrics;
 mod sigstop;
 mod threads;

@@ -1,0 +1,263 @@
+//! `keyorder work --metrics-addr HOST:PORT`: a hyper HTTP/1.1 server on a thread of its own
+//! serving `/metrics` ([`keyorder::metrics::Metrics`], OpenMetrics text) and `/healthz`.
+//!
+//! The per-partition figures come from one grouped query ([`Admin::lag`]) on this server's own
+//! admin connection, run at most once a second whatever the scrape rate; the worker figures
+//! come from the worker loops' observers. Not run by the simulation.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use keyorder::deliver::{Deliver, DeliverError};
+use keyorder::drain::Head;
+use keyorder::metrics::{DeliveryOutcome, Metrics, CONTENT_TYPE};
+use keyorder::store::admin::{Admin, OpenMode};
+use keyorder::store::open::{AdminConn, Location};
+use keyorder::worker::{Observer, WorkerEvent};
+use keyorder::PartitionId;
+
+use super::bad_input::BadInput;
+
+/// The lag query runs at most this often, however often `/metrics` or `/healthz` is asked.
+const REFRESH: Duration = Duration::from_secs(1);
+/// How long opening the admin connection or the lag query may take before the store counts as
+/// unreachable.
+const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the worker loops report into: shared by every loop's observer and the server.
+#[derive(Clone, Debug)]
+pub(crate) struct MetricsHandle {
+    metrics: Arc<Metrics>,
+    /// Set by the first lease any loop takes: the loops have registered and taken a share.
+    leased: Arc<AtomicBool>,
+}
+
+impl MetricsHandle {
+    /// Counts `event` of the loop `worker` (and, for a lease taken, marks the process ready).
+    pub(crate) fn observe(&self, worker: &str, event: &WorkerEvent) {
+        if matches!(event, WorkerEvent::Acquired { .. }) {
+            self.leased.store(true, Ordering::Relaxed);
+        }
+        self.metrics.observe(worker, event);
+    }
+
+    /// `inner` (the logging observer), then the counting.
+    pub(crate) fn wrap(&self, worker: String, inner: Observer) -> Observer {
+        let handle = self.clone();
+        Observer(Rc::new(move |e: &WorkerEvent| {
+            (inner.0)(e);
+            handle.observe(&worker, e);
+        }))
+    }
+}
+
+/// A deliverer that counts each attempt's outcome and latency into `--metrics-addr`'s
+/// registry (nothing without it). An attempt the worker abandons at its delivery timeout (the
+/// future dropped unanswered) counts as timed out, or dead-lettered on its last attempt.
+#[derive(Clone)]
+pub(crate) struct Counting<D> {
+    inner: D,
+    metrics: Option<(Arc<Metrics>, Arc<str>)>,
+    max_attempts: u32,
+}
+
+impl<D> Counting<D> {
+    /// Wraps `inner` for the loop `worker` under a retry policy of `max_attempts`.
+    pub(crate) fn new(
+        inner: D,
+        handle: Option<&MetricsHandle>,
+        worker: &str,
+        max_attempts: u32,
+    ) -> Self {
+        let metrics = handle.map(|h| (h.metrics.clone(), Arc::from(worker)));
+        Counting { inner, metrics, max_attempts }
+    }
+}
+
+/// One attempt in flight; counted when finished, or on drop (abandoned at the timeout).
+struct Attempt {
+    metrics: Option<(Arc<Metrics>, Arc<str>)>,
+    last: bool,
+    #[allow(clippy::disallowed_methods)] // not simulated: a latency in real time
+    start: Instant,
+}
+
+impl Attempt {
+    fn finish(&mut self, result: &Result<(), DeliverError>) {
+        let outcome = match result {
+            Ok(()) => DeliveryOutcome::Accepted,
+            Err(_) if self.last => DeliveryOutcome::DeadLettered,
+            Err(DeliverError::Timeout { .. }) => DeliveryOutcome::TimedOut,
+            Err(_) => DeliveryOutcome::Retried,
+        };
+        self.count(outcome);
+    }
+
+    fn count(&mut self, outcome: DeliveryOutcome) {
+        if let Some((metrics, worker)) = self.metrics.take() {
+            metrics.delivered(&worker, outcome, self.start.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        let outcome =
+            if self.last { DeliveryOutcome::DeadLettered } else { DeliveryOutcome::TimedOut };
+        self.count(outcome);
+    }
+}
+
+impl<D: Deliver> Deliver for Counting<D> {
+    #[allow(clippy::disallowed_methods)] // not simulated: a latency in real time
+    async fn deliver(
+        &mut self,
+        partition: PartitionId,
+        head: &Head,
+        attempt: u32,
+    ) -> Result<(), DeliverError> {
+        let mut pending = Attempt {
+            metrics: self.metrics.clone(),
+            last: attempt >= self.max_attempts,
+            start: Instant::now(),
+        };
+        let result = self.inner.deliver(partition, head, attempt).await;
+        pending.finish(&result);
+        result
+    }
+}
+
+/// Binds `addr` (bad input if it cannot be bound) and serves on a thread of its own until the
+/// process exits; prints the bound address on stderr (useful with port 0).
+pub(crate) fn start(addr: &str, location: Location) -> anyhow::Result<MetricsHandle> {
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| BadInput(format!("--metrics-addr {addr}: cannot listen there: {e}")))?;
+    listener.set_nonblocking(true)?;
+    let bound = listener.local_addr()?;
+    let handle = MetricsHandle { metrics: Arc::new(Metrics::new()), leased: Arc::default() };
+    let state = State {
+        location,
+        handle: handle.clone(),
+        admin: RefCell::new(None),
+        last: Cell::new(None),
+        reachable: Cell::new(false),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || rt.block_on(serve(listener, Rc::new(state))))
+        .context("starting the metrics server")?;
+    eprintln!("keyorder work: metrics on http://{bound}/metrics, health on http://{bound}/healthz");
+    Ok(handle)
+}
+
+/// The server's side: its own admin connection and when it last asked the store.
+struct State {
+    location: Location,
+    handle: MetricsHandle,
+    admin: RefCell<Option<AdminConn>>,
+    #[allow(clippy::disallowed_methods)] // not simulated: rate-limits the lag query in real time
+    last: Cell<Option<Instant>>,
+    /// Whether the last lag query answered.
+    reachable: Cell<bool>,
+}
+
+impl State {
+    /// Re-reads the lag unless it was read less than [`REFRESH`] ago; a failure drops the
+    /// connection (reopened next time) and marks the store unreachable.
+    #[allow(clippy::disallowed_methods)] // not simulated: rate-limits the lag query in real time
+    async fn refresh(&self) {
+        if self.last.get().is_some_and(|t| t.elapsed() < REFRESH) {
+            return;
+        }
+        self.last.set(Some(Instant::now()));
+        let admin = self.admin.take();
+        let admin = match admin {
+            Some(a) => a,
+            None => {
+                match tokio::time::timeout(
+                    STORE_TIMEOUT,
+                    self.location.open_admin(OpenMode::Existing),
+                )
+                .await
+                {
+                    Ok(Ok(a)) => a,
+                    _ => return self.reachable.set(false),
+                }
+            }
+        };
+        match tokio::time::timeout(STORE_TIMEOUT, admin.lag()).await {
+            Ok(Ok(lag)) => {
+                self.handle.metrics.set_lag(&lag);
+                self.reachable.set(true);
+                self.admin.replace(Some(admin));
+            }
+            _ => self.reachable.set(false),
+        }
+    }
+
+    async fn answer(&self, path: &str) -> Response<Full<Bytes>> {
+        let reply = |status, content_type: &str, body: String| {
+            let mut r = Response::new(Full::new(Bytes::from(body)));
+            *r.status_mut() = status;
+            if let Ok(v) = content_type.parse() {
+                r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+            }
+            r
+        };
+        match path {
+            "/metrics" => {
+                self.refresh().await;
+                reply(StatusCode::OK, CONTENT_TYPE, self.handle.metrics.encode())
+            }
+            "/healthz" => {
+                self.refresh().await;
+                let leased = self.handle.leased.load(Ordering::Relaxed);
+                match (self.reachable.get(), leased) {
+                    (true, true) => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+                    (false, _) => reply(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "text/plain",
+                        "store unreachable\n".into(),
+                    ),
+                    (true, false) => reply(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "text/plain",
+                        "no partition leased yet\n".into(),
+                    ),
+                }
+            }
+            _ => reply(StatusCode::NOT_FOUND, "text/plain", "try /metrics or /healthz\n".into()),
+        }
+    }
+}
+
+/// One connection at a time, no keep-alive: scrapes are rare and short, and the admin
+/// connection is used by one request at a time.
+async fn serve(listener: std::net::TcpListener, state: Rc<State>) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+    loop {
+        let Ok((stream, _)): std::io::Result<(_, SocketAddr)> = listener.accept().await else {
+            continue;
+        };
+        let state = state.clone();
+        let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let state = state.clone();
+            async move { Ok::<_, std::convert::Infallible>(state.answer(req.uri().path()).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .keep_alive(false)
+            .serve_connection(TokioIo::new(stream), service);
+        let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
+    }
+}

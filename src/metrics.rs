@@ -1,0 +1,235 @@
+//! Prometheus metrics of a store's partitions and of a worker process, encoded with
+//! `prometheus-client` (OpenMetrics text): one set of names for `keyorder work --metrics-addr`
+//! and `keyorder lag --prom`, so an alert rule written against one holds for the other.
+//!
+//! Nothing here runs in the simulation: the worker loop reports to it only through its
+//! [`crate::worker::Observer`], which the simulation does not trace.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::store::admin::PartitionLag;
+use crate::worker::WorkerEvent;
+
+/// Label pairs of one series (`partition` or `worker`).
+type Labels = Vec<(String, String)>;
+
+/// How one delivery attempt ended, as the worker's retry policy settles it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    /// A 2xx: the event is acknowledged.
+    Accepted,
+    /// Failed (or timed out) with attempts left: retried after a backoff.
+    Retried,
+    /// Failed (or timed out) on its last attempt: dead-lettered.
+    DeadLettered,
+    /// No answer within the delivery timeout, with attempts left (then retried).
+    TimedOut,
+}
+
+impl DeliveryOutcome {
+    /// The `outcome` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            DeliveryOutcome::Accepted => "accepted",
+            DeliveryOutcome::Retried => "retried",
+            DeliveryOutcome::DeadLettered => "dead_lettered",
+            DeliveryOutcome::TimedOut => "timed_out",
+        }
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 5 ms to about 41 s.
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+/// The content type of [`Metrics::encode`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The registry and every family it exports. Cheap to share (`Arc`); every update is atomic.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    depth: Family<Labels, Gauge>,
+    oldest_wait: Family<Labels, Gauge<f64, AtomicU64>>,
+    keys: Family<Labels, Gauge>,
+    head_attempts: Family<Labels, Gauge>,
+    leases_held: Family<Labels, Gauge>,
+    acquired: Family<Labels, Counter>,
+    released: Family<Labels, Counter>,
+    lost: Family<Labels, Counter>,
+    store_errors: Family<Labels, Counter>,
+    deliveries: Family<Labels, Counter>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// An empty registry with every keyorder family registered (counters are exported with
+    /// the `_total` suffix OpenMetrics gives them).
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            registry: Registry::default(),
+            depth: Family::default(),
+            oldest_wait: Family::default(),
+            keys: Family::default(),
+            head_attempts: Family::default(),
+            leases_held: Family::default(),
+            acquired: Family::default(),
+            released: Family::default(),
+            lost: Family::default(),
+            store_errors: Family::default(),
+            deliveries: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+        };
+        registry.register(
+            "keyorder_partition_depth",
+            "Rows queued in the partition",
+            m.depth.clone(),
+        );
+        registry.register(
+            "keyorder_partition_oldest_wait_seconds",
+            "Age of the oldest queued row of the partition; alert on this",
+            m.oldest_wait.clone(),
+        );
+        registry.register(
+            "keyorder_partition_keys",
+            "Distinct keys queued in the partition",
+            m.keys.clone(),
+        );
+        registry.register(
+            "keyorder_partition_head_attempts",
+            "Failed attempts recorded at the partition's head",
+            m.head_attempts.clone(),
+        );
+        registry.register(
+            "keyorder_worker_leases_held",
+            "Partition leases the worker loop holds now",
+            m.leases_held.clone(),
+        );
+        registry.register(
+            "keyorder_worker_leases_acquired",
+            "Partition leases taken",
+            m.acquired.clone(),
+        );
+        registry.register(
+            "keyorder_worker_leases_released",
+            "Partition leases given back cleanly",
+            m.released.clone(),
+        );
+        registry.register(
+            "keyorder_worker_leases_lost",
+            "Partition leases lost to a store error or a refused drain input",
+            m.lost.clone(),
+        );
+        registry.register(
+            "keyorder_worker_store_errors",
+            "Membership session failures (the worker reconnects)",
+            m.store_errors.clone(),
+        );
+        registry.register(
+            "keyorder_worker_deliveries",
+            "Delivery attempts by outcome (accepted, retried, dead_lettered, timed_out)",
+            m.deliveries.clone(),
+        );
+        registry.register(
+            "keyorder_worker_delivery_seconds",
+            "Time from sending a delivery to its answer (or to its timeout)",
+            m.latency.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Replaces every per-partition series with `lag` (one grouped query's answer); a
+    /// partition absent from it (empty) exports no series, as `keyorder lag` shows no row.
+    pub fn set_lag(&self, lag: &[PartitionLag]) {
+        self.depth.clear();
+        self.oldest_wait.clear();
+        self.keys.clear();
+        self.head_attempts.clear();
+        for l in lag {
+            let labels = vec![("partition".to_owned(), l.partition.to_string())];
+            self.depth.get_or_create(&labels).set(l.depth);
+            self.oldest_wait.get_or_create(&labels).set(l.oldest_wait_seconds);
+            self.keys.get_or_create(&labels).set(l.keys_affected);
+            self.head_attempts.get_or_create(&labels).set(i64::from(l.head_attempts));
+        }
+    }
+
+    /// Counts one worker event of the loop named `worker`.
+    pub fn observe(&self, worker: &str, event: &WorkerEvent) {
+        let labels = vec![("worker".to_owned(), worker.to_owned())];
+        match event {
+            WorkerEvent::Acquired { .. } => {
+                self.acquired.get_or_create(&labels).inc();
+                self.leases_held.get_or_create(&labels).inc();
+            }
+            WorkerEvent::Released { .. } => {
+                self.released.get_or_create(&labels).inc();
+                self.leases_held.get_or_create(&labels).dec();
+            }
+            WorkerEvent::Lost { .. } | WorkerEvent::DrainRefused { .. } => {
+                self.lost.get_or_create(&labels).inc();
+                self.leases_held.get_or_create(&labels).dec();
+            }
+            WorkerEvent::StoreUnavailable { .. } => {
+                self.store_errors.get_or_create(&labels).inc();
+            }
+        }
+    }
+
+    /// Counts one delivery attempt of the loop `worker` that ended as `outcome` after
+    /// `seconds`.
+    pub fn delivered(&self, worker: &str, outcome: DeliveryOutcome, seconds: f64) {
+        let labels = vec![
+            ("worker".to_owned(), worker.to_owned()),
+            ("outcome".to_owned(), outcome.label().to_owned()),
+        ];
+        self.deliveries.get_or_create(&labels).inc();
+        self.latency
+            .get_or_create(&vec![("worker".to_owned(), worker.to_owned())])
+            .observe(seconds);
+    }
+
+    /// The registry as OpenMetrics text (what Prometheus scrapes), ending in `# EOF`.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// The metric names a text exposition carries: every `# TYPE` line's family, and for a counter
+/// the `_total` series it exports too. Takes the names from what the code encodes, not a copy.
+pub fn exported_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            if let (Some(name), Some(kind)) = (parts.next(), parts.next()) {
+                names.push(name.to_owned());
+                if kind == "counter" {
+                    names.push(format!("{name}_total"));
+                }
+            }
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests;
