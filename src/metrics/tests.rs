@@ -11,6 +11,9 @@ fn populated() -> Metrics {
         oldest_wait_seconds: 1.5,
         keys_affected: 2,
         head_attempts: 1,
+        last_error: None,
+        next_attempt_at: None,
+        next_attempt_in_seconds: None,
     }]);
     let (partition, epoch) = (PartitionId(1), Epoch(1));
     m.observe("w", &WorkerEvent::Acquired { partition, epoch });
