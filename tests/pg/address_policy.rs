@@ -3,29 +3,10 @@
 //! `--allow-private-endpoints` the loopback rows are delivered; `--deliver` works throughout;
 //! `keyorder endpoints set|list|rm` write the server's table and refuse bad rows with exit 2.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
+use super::cli::{keyorder, text};
 use super::harness::PgServer;
 use super::policy_case::{self, Listeners, METADATA_KEY};
 use super::util::{block_on, client};
-
-fn keyorder(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keyorder"))
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("keyorder runs");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
 
 fn ok(args: &[&str], stdin: &str) -> String {
     let out = keyorder(args, stdin);

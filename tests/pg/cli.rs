@@ -6,9 +6,11 @@ use std::process::{Command, Output, Stdio};
 
 use super::harness::PgServer;
 
-fn keyorder(args: &[&str], stdin: &str) -> Output {
+/// Runs `keyorder ARGS` with `stdin` (and no DATABASE_URL from the caller's environment).
+pub(super) fn keyorder(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_keyorder"))
         .args(args)
+        .env_remove("DATABASE_URL")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -18,7 +20,8 @@ fn keyorder(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn text(o: &Output) -> String {
+/// Standard output and standard error, as text.
+pub(super) fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
