@@ -24,6 +24,7 @@ pub mod html;
 pub mod http;
 mod ids;
 pub mod key;
+pub mod layout;
 pub mod lease;
 pub mod liveness;
 pub mod metrics;

@@ -62,6 +62,8 @@ pub struct Metrics {
     keys: Family<Labels, Gauge>,
     head_attempts: Family<Labels, Gauge>,
     leases_held: Family<Labels, Gauge>,
+    stranded: Gauge,
+    misrouted: Gauge,
     acquired: Family<Labels, Counter>,
     released: Family<Labels, Counter>,
     lost: Family<Labels, Counter>,
@@ -88,6 +90,8 @@ impl Metrics {
             keys: Family::default(),
             head_attempts: Family::default(),
             leases_held: Family::default(),
+            stranded: Gauge::default(),
+            misrouted: Gauge::default(),
             acquired: Family::default(),
             released: Family::default(),
             lost: Family::default(),
@@ -114,6 +118,16 @@ impl Metrics {
             "keyorder_partition_head_attempts",
             "Failed attempts recorded at the partition's head",
             m.head_attempts.clone(),
+        );
+        registry.register(
+            "keyorder_queue_stranded_rows",
+            "Rows on a partition no worker leases (never delivered until moved); alert on this",
+            m.stranded.clone(),
+        );
+        registry.register(
+            "keyorder_queue_misrouted_rows",
+            "Rows not on the partition their key routes to (another count, hash or pin: split keys)",
+            m.misrouted.clone(),
         );
         registry.register(
             "keyorder_worker_leases_held",
@@ -167,6 +181,12 @@ impl Metrics {
             self.keys.get_or_create(&labels).set(l.keys_affected);
             self.head_attempts.get_or_create(&labels).set(i64::from(l.head_attempts));
         }
+    }
+
+    /// Sets the queue's placement audit (see [`crate::layout::audit`]).
+    pub fn set_audit(&self, audit: &crate::layout::Audit) {
+        self.stranded.set(audit.stranded_rows);
+        self.misrouted.set(audit.misrouted_rows);
     }
 
     /// Counts one worker event of the loop named `worker`.

@@ -18,7 +18,7 @@ use keyorder::store::admin::{Admin, Durability};
 use keyorder::store::open::{Location, OpenMode, StoreFactory, StoreOptions};
 use keyorder::store::Store;
 use keyorder::worker::{self, WorkerConfig};
-use keyorder::{PartitionCount, PartitionId, Router, Time};
+use keyorder::{PartitionCount, PartitionId, Time};
 
 use super::bench_http::{self, Delivery};
 use super::runtime::{block_on, open_error, Database};
@@ -238,12 +238,16 @@ async fn enqueue_routed(
     keys: u64,
     count: PartitionCount,
 ) -> anyhow::Result<()> {
-    let router = Router::new(count);
+    let recorded = c.record_layout(count).await?.partitions;
+    anyhow::ensure!(
+        recorded == count,
+        "the bench database records {recorded} partitions, not {count}"
+    );
     let mut left = n;
     while left > 0 {
         let size = left.min(BATCH);
         let events = batch(*next, size, keys);
-        c.enqueue(&router, &events, false).await.context("enqueue")?;
+        c.enqueue(&events, false).await.context("enqueue")?;
         *next += size;
         left -= size;
     }

@@ -3,7 +3,7 @@
 use clap::{Args, Subcommand};
 use keyorder::store::admin::Admin;
 use keyorder::store::open::OpenMode;
-use keyorder::{PartitionCount, Router};
+use keyorder::PartitionCount;
 
 use super::bad_input::BadInput;
 use super::runtime::{block_on, parse_count, Database};
@@ -41,9 +41,10 @@ enum DlqAction {
     Redrive {
         /// Its dead-letter id.
         id: i64,
-        /// The partition count producers route with.
-        #[arg(long, value_parser = parse_count, default_value = "16")]
-        partitions: PartitionCount,
+        /// The partition count you expect: the event is routed with the count recorded in the
+        /// database (and its pins), and nothing is done when this disagrees.
+        #[arg(long, value_parser = parse_count)]
+        partitions: Option<PartitionCount>,
         /// Confirm that delivering it after later events of its key is acceptable.
         #[arg(long)]
         accept_gap: bool,
@@ -93,7 +94,8 @@ pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
                     )
                     .into());
                 }
-                match client.redrive(&Router::new(partitions), id).await? {
+                super::layout::resolve(&mut client, partitions).await?;
+                match client.redrive(id).await? {
                     Some(seq) => println!("redriven as seq {seq} at the tail: it is delivered after later events of its key (an ordering gap)"),
                     None => return Err(BadInput(format!("no dead-lettered event with id {id}")).into()),
                 }

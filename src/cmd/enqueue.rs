@@ -8,18 +8,21 @@ use clap::Args;
 use keyorder::key::Event;
 use keyorder::store::admin::{Admin, Durability};
 use keyorder::store::open::{AdminConn, OpenMode};
-use keyorder::{PartitionCount, Router};
+use keyorder::PartitionCount;
 
 use super::bad_input::BadInput;
+use super::layout::{resolve, Resolved};
 use super::runtime::{block_on, parse_count, Database};
 
 #[derive(Debug, Args)]
 pub struct EnqueueArgs {
     #[command(flatten)]
     db: Database,
-    /// The partition count producers route with.
-    #[arg(long, value_parser = parse_count, default_value = "16")]
-    partitions: PartitionCount,
+    /// The partition count you expect: enqueue routes with the count recorded in the database
+    /// (and its pins), and refuses to run when this disagrees. On a database with no count
+    /// recorded yet, this count (default 16) is recorded.
+    #[arg(long, value_parser = parse_count)]
+    partitions: Option<PartitionCount>,
     /// Events per insert statement (one round trip each).
     #[arg(long, default_value_t = 5000)]
     batch: usize,
@@ -45,10 +48,12 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
         )),
         _ => Box::new(BufReader::new(io::stdin().lock())),
     };
-    let router = Router::new(args.partitions);
     block_on(async move {
         let mut client = args.db.admin(OpenMode::Create).await?;
         client.set_durability(args.durability)?;
+        if let Resolved::RecordedNow(l) = resolve(&mut client, args.partitions).await? {
+            eprintln!("keyorder enqueue: recorded {} partitions in the database (every command uses it now; `keyorder switch` changes it)", l.partitions);
+        }
         let (mut total, mut dups, mut batch, mut first_line) = (0u64, 0usize, Vec::new(), 1u64);
         for (i, line) in input.lines().enumerate() {
             let no = i as u64 + 1;
@@ -64,13 +69,13 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
             })?;
             batch.push(event);
             if batch.len() >= args.batch.max(1) {
-                let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys)
+                let (n, d) = insert(&mut client, &mut batch, args.serialise_keys)
                     .await
                     .with_context(|| committed(total, dups, first_line))?;
                 (total, dups, first_line) = (total + n, dups + d, no + 1);
             }
         }
-        let (n, d) = insert(&mut client, &router, &mut batch, args.serialise_keys)
+        let (n, d) = insert(&mut client, &mut batch, args.serialise_keys)
             .await
             .with_context(|| committed(total, dups, first_line))?;
         (total, dups) = (total + n, dups + d);
@@ -118,14 +123,13 @@ fn read_error(no: u64, e: io::Error, committed: String) -> anyhow::Error {
 /// Inserts and empties `batch`; returns (inserted, duplicates), naming each duplicate.
 async fn insert(
     client: &mut AdminConn,
-    router: &Router,
     batch: &mut Vec<Event>,
     serialise_keys: bool,
 ) -> anyhow::Result<(u64, usize)> {
     if batch.is_empty() {
         return Ok((0, 0));
     }
-    let report = client.enqueue(router, batch, serialise_keys).await?;
+    let report = client.enqueue(batch, serialise_keys).await?;
     report.duplicates.iter().for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
     batch.clear();
     Ok((report.inserted, report.duplicates.len()))

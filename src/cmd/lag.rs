@@ -24,19 +24,36 @@ pub fn lag(args: LagArgs) -> anyhow::Result<()> {
     block_on(async {
         let client = args.db.admin(OpenMode::Existing).await?;
         let (lag, heavy) = (client.lag().await?, client.heaviest_keys(10).await?);
+        let state = client.routing_state().await?;
+        let audit = keyorder::layout::audit(&state, &client.placements().await?);
+        let layout = state.current();
         if args.json {
             println!(
                 "{}",
-                serde_json::to_string_pretty(
-                    &serde_json::json!({"partitions": lag, "heaviest_keys": heavy})
-                )?
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "layout": layout,
+                    "pins": state.current_pins(),
+                    "partitions": lag,
+                    "heaviest_keys": heavy,
+                    "routing": audit,
+                }))?
             );
         } else if args.prom {
             // The names and encoder of `keyorder work --metrics-addr`.
             let metrics = keyorder::metrics::Metrics::new();
             metrics.set_lag(&lag);
+            metrics.set_audit(&audit);
             print!("{}", metrics.encode());
         } else {
+            match layout {
+                Some(l) => println!(
+                    "layout {}: {} partitions, {} pinned key(s)",
+                    l.epoch,
+                    l.partitions,
+                    state.current_pins().len()
+                ),
+                None => println!("no partition count recorded yet (the first enqueue or `keyorder migrate --partitions N` records one)"),
+            }
             println!(
                 "{:>9} {:>9} {:>14} {:>9} {:>13} {:>13}  head's last error",
                 "partition", "depth", "oldest wait s", "keys", "head attempts", "next try in s"
@@ -59,6 +76,9 @@ pub fn lag(args: LagArgs) -> anyhow::Result<()> {
             }
             for k in &heavy {
                 println!("heavy key {:?}: {} queued", k.key, k.depth);
+            }
+            if let Some(text) = audit.summary() {
+                println!("WARNING: {text}");
             }
         }
         Ok(())

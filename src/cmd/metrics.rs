@@ -43,6 +43,11 @@ pub(crate) struct MetricsHandle {
 }
 
 impl MetricsHandle {
+    /// Exports the queue's placement audit.
+    pub(crate) fn set_audit(&self, audit: &keyorder::layout::Audit) {
+        self.metrics.set_audit(audit);
+    }
+
     /// Counts `event` of the loop `worker` (and, for a lease taken, marks the process ready).
     pub(crate) fn observe(&self, worker: &str, event: &WorkerEvent) {
         if matches!(event, WorkerEvent::Acquired { .. }) {

@@ -17,8 +17,10 @@ mod dlq;
 mod endpoints;
 mod enqueue;
 mod lag;
+mod layout;
 mod metrics;
 mod migrate;
+mod pin;
 mod plan;
 mod receiver;
 mod route;
@@ -57,6 +59,13 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Change the partition count online (no write pause): a new layout with a per-key barrier.
     Switch(switch::SwitchArgs),
+    /// Pin a key to a partition of its own (a whale tenant), instead of its hash. A key with
+    /// queued rows moves without a split: its new rows wait for its old ones.
+    Pin(pin::PinArgs),
+    /// Route a pinned key by its hash again (moves it as `pin` does).
+    Unpin(pin::UnpinArgs),
+    /// List the pinned keys.
+    Pins(pin::PinsArgs),
     /// Set, list and remove per-key endpoints (the keyorder_endpoint table), each row checked
     /// before it is written.
     Endpoints(endpoints::EndpointsArgs),
@@ -75,6 +84,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Switch(args) => switch::switch(args),
         Command::Endpoints(args) => endpoints::run(args),
+        Command::Pin(args) => pin::pin(args),
+        Command::Unpin(args) => pin::unpin(args),
+        Command::Pins(args) => pin::pins(args),
     }
 }
 

@@ -25,9 +25,11 @@ pub struct WorkArgs {
     db: Database,
     #[command(flatten)]
     delivery: DeliveryArgs,
-    /// The partition count (must match the producers').
-    #[arg(long, value_parser = parse_count, default_value = "16")]
-    partitions: PartitionCount,
+    /// The partition count you expect: work leases the count recorded in the database and
+    /// refuses to start when this disagrees. On a database with no count recorded yet, this
+    /// count (default 16) is recorded.
+    #[arg(long, value_parser = parse_count)]
+    partitions: Option<PartitionCount>,
     /// This worker's name.
     #[arg(long, default_value = "worker")]
     name: String,
@@ -135,9 +137,20 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         )
         .into());
     }
+    // Creates a SQLite file (with its schema) on first use; checks the schema otherwise. The
+    // count comes from the database; the queue's misplaced rows are reported before anything
+    // starts, then every AUDIT_PERIOD.
+    let partitions = block_on(async {
+        let mut admin = location.open_admin(OpenMode::Create).await.map_err(open_error)?;
+        let resolved = super::layout::resolve(&mut admin, args.partitions).await?;
+        if let super::layout::Resolved::RecordedNow(l) = resolved {
+            eprintln!("keyorder work: recorded {} partitions in the database (every command uses it now; `keyorder switch` changes it)", l.partitions);
+        }
+        anyhow::Ok(resolved.layout().partitions)
+    })??;
     let mut stores = location
         .stores(
-            args.partitions,
+            partitions,
             StoreOptions {
                 delivery_timeout,
                 lease_expiry: args.lease_expiry_ms.map(Duration::from_millis),
@@ -150,6 +163,13 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         Some(addr) => Some(super::metrics::start(addr, location.clone())?),
         None => None,
     };
+    block_on(async {
+        match location.open_admin(OpenMode::Existing).await {
+            Ok(admin) => report_audit(&admin, metrics.as_ref()).await,
+            Err(e) => eprintln!("keyorder work: could not audit the queue's routing: {e}"),
+        }
+    })?;
+    start_auditor(location.clone(), metrics.clone())?;
     let settings = LoopSettings {
         metrics,
         takeover_delay: stores.takeover_delay(),
@@ -162,8 +182,6 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             .validate()
             .map_err(|e| BadInput(format!("--session-timeout-ms: {e}")))?;
     }
-    // Creates a SQLite file (with its schema) on first use; checks the schema otherwise.
-    drop(block_on(location.open_admin(OpenMode::Create))?.map_err(open_error)?);
     match block_on(stores.bound_sessions())?.context("bounding the store's sessions")? {
         SessionBounding::ServerEnds(after) => eprintln!(
             "keyorder work: the server ends a session silent for {after:?}; a frozen or cut-off worker's partitions move after it"
@@ -180,7 +198,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         })?
     };
     let until_empty = args.until_empty.then(|| location.clone());
-    run_threads(stores, load, settings, &args, until_empty)
+    run_threads(stores, load, settings, &args, partitions, until_empty)
 }
 
 /// What every worker loop of `keyorder work` is configured from (all of it `Send`).
@@ -222,6 +240,48 @@ impl LoopSettings {
     }
 }
 
+/// How often `keyorder work` looks for rows no worker will deliver or that were misrouted.
+const AUDIT_PERIOD: Duration = Duration::from_secs(60);
+
+/// Prints what the queue's placement audit found, when it found anything (a failed audit is
+/// said too: it must not stop the worker).
+async fn report_audit(admin: &impl Admin, metrics: Option<&super::metrics::MetricsHandle>) {
+    match super::layout::audit_queue(admin).await {
+        Ok(audit) => {
+            if let Some(m) = metrics {
+                m.set_audit(&audit);
+            }
+            if let Some(text) = audit.summary() {
+                eprintln!("keyorder work: WARNING: {text} (see `keyorder lag`)");
+            }
+        }
+        Err(e) => eprintln!("keyorder work: could not audit the queue's routing: {e:#}"),
+    }
+}
+
+/// Audits the queue every [`AUDIT_PERIOD`] on a thread of its own.
+fn start_auditor(
+    location: keyorder::store::open::Location,
+    metrics: Option<super::metrics::MetricsHandle>,
+) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("audit".into())
+        .spawn(move || loop {
+            std::thread::sleep(AUDIT_PERIOD);
+            let run = block_on(async {
+                match location.open_admin(OpenMode::Existing).await {
+                    Ok(admin) => report_audit(&admin, metrics.as_ref()).await,
+                    Err(e) => eprintln!("keyorder work: could not audit the queue's routing: {e}"),
+                }
+            });
+            if let Err(e) = run {
+                eprintln!("keyorder work: could not audit the queue's routing: {e:#}");
+            }
+        })
+        .context("starting the routing auditor")?;
+    Ok(())
+}
+
 /// How often `keyorder work` re-reads the per-key endpoint table.
 const ENDPOINT_RELOAD: Duration = Duration::from_secs(10);
 
@@ -232,6 +292,7 @@ fn run_threads(
     load_endpoints: impl Fn() -> anyhow::Result<Vec<EndpointRow>> + Send + 'static,
     settings: LoopSettings,
     args: &WorkArgs,
+    partitions: PartitionCount,
     until_empty: Option<keyorder::store::open::Location>,
 ) -> anyhow::Result<()> {
     // Per-key endpoints: read now, then every ENDPOINT_RELOAD; a failed reload keeps the table.
@@ -257,7 +318,7 @@ fn run_threads(
     eprintln!(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
         args.name,
-        args.partitions,
+        partitions,
         args.delivery.deliver,
         args.threads()
     );

@@ -13,8 +13,10 @@ use serde::Serialize;
 
 use crate::clock::Clock;
 use crate::endpoints::EndpointRow;
+use crate::ids::PartitionId;
 use crate::key::Event;
-use crate::routing::{PartitionCount, Router};
+use crate::layout::{LayoutRecord, Placement, RoutingState};
+use crate::routing::PartitionCount;
 use crate::store::StoreError;
 
 /// What opening a database may do.
@@ -81,15 +83,36 @@ pub trait Admin {
     /// (empty when the schema was current). Idempotent.
     async fn migrate(&mut self) -> Result<Vec<i32>, StoreError>;
 
-    /// Inserts `events` routed by `router`, reporting duplicate event ids instead of failing.
-    /// With `serialise_keys` producers of one key commit in seq order even when several run at
-    /// once (a store with one writer at a time always does).
+    /// Inserts `events` routed by the layout in force and the pins, read in the insert's
+    /// transaction; refused when no layout is recorded ([`Admin::record_layout`]). Reports
+    /// duplicate event ids instead of failing. With `serialise_keys` producers of one key
+    /// commit in seq order even when several run at once (a store with one writer at a time
+    /// always does).
     async fn enqueue(
         &mut self,
-        router: &Router,
         events: &[Event],
         serialise_keys: bool,
     ) -> Result<EnqueueReport, StoreError>;
+
+    /// Records `count` as the first layout when none is recorded; returns the layout in force
+    /// (which differs from `count` when another was recorded first).
+    async fn record_layout(&mut self, count: PartitionCount) -> Result<LayoutRecord, StoreError>;
+
+    /// Every recorded layout and pin (empty layouts: nothing recorded yet).
+    async fn routing_state(&self) -> Result<RoutingState, StoreError>;
+
+    /// Queued rows grouped by key, partition and layout, sorted so.
+    async fn placements(&self) -> Result<Vec<Placement>, StoreError>;
+
+    /// Pins `key` to `partition` (`None`: unpins it) under a new layout epoch of the same
+    /// count, so the per-key barrier holds its new rows until its old ones are delivered.
+    /// Refused, changing nothing, when no layout is recorded, the key is empty or the
+    /// partition is outside the count.
+    async fn change_pin(
+        &mut self,
+        key: &str,
+        partition: Option<PartitionId>,
+    ) -> Result<PinChange, StoreError>;
 
     /// Depth, oldest wait, keys and head attempts of every non-empty partition, by partition.
     async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError>;
@@ -118,12 +141,14 @@ pub trait Admin {
     /// run started: how many the run wrote, for `keyorder work --until-empty`).
     async fn dead_letters_after(&self, after_id: i64) -> Result<i64, StoreError>;
 
-    /// Re-enqueues dead letter `id` at the tail, routed by `router`, and removes it from the
-    /// dead letters in the same transaction: its new seq, or `None` when there is no such id.
-    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError>;
+    /// Re-enqueues dead letter `id` at the tail, routed by the layout in force and the pins,
+    /// and removes it from the dead letters in the same transaction: its new seq, or `None`
+    /// when there is no such id.
+    async fn redrive(&mut self, id: i64) -> Result<Option<i64>, StoreError>;
 
     /// Starts an online change of count from `from` to `to` (see [`crate::repartition`]);
-    /// refused with [`StoreError::Refused`] when `from` is not the count in force.
+    /// refused with [`StoreError::Refused`] when `from` is not the count in force or a pin
+    /// names a partition `to` lacks.
     async fn switch_online(
         &mut self,
         from: PartitionCount,
@@ -144,7 +169,8 @@ pub trait Admin {
     async fn depth(&self) -> Result<i64, StoreError>;
 
     /// Empties the queue (for the bench, on a throwaway database), with the dead letters too
-    /// when `dead_letters`; a store with lease rows empties those as well.
+    /// when `dead_letters`, and forgets the layouts and pins (the next enqueue's caller
+    /// records a count afresh); a store with lease rows empties those as well.
     async fn empty_queue(&mut self, dead_letters: bool) -> Result<(), StoreError>;
 
     /// Whether deleted rows leave dead space that slows later drains until vacuumed
@@ -215,6 +241,19 @@ pub struct Layout {
     pub epoch: i32,
     /// Its partition count.
     pub partitions: u16,
+}
+
+/// What [`Admin::change_pin`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PinChange {
+    /// The layout epoch in force afterwards (new when `changed`).
+    pub epoch: i32,
+    /// The key's pin before.
+    pub previous: Option<PartitionId>,
+    /// Rows of the key queued when it changed (those hold its new rows back until delivered).
+    pub queued_rows: i64,
+    /// Whether anything changed (pinning a key where it is pinned does not).
+    pub changed: bool,
 }
 
 /// One partition's lag.

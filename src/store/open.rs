@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use crate::clock::TokioClock;
 use crate::endpoints::EndpointRow;
+use crate::ids::PartitionId;
 use crate::key::Event;
-use crate::routing::{PartitionCount, Router};
+use crate::layout::{LayoutRecord, Placement, RoutingState};
+use crate::routing::PartitionCount;
 pub use crate::store::admin::{OpenError, OpenMode};
 
 use crate::store::admin::{
-    Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey,
+    Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, PartitionLag, PinChange, SplitKey,
 };
 use crate::store::any::AnyStore;
 use crate::store::postgres::admin::PgAdmin;
@@ -230,11 +232,30 @@ impl Admin for AdminConn {
 
     async fn enqueue(
         &mut self,
-        router: &Router,
         events: &[Event],
         serialise_keys: bool,
     ) -> Result<EnqueueReport, StoreError> {
-        delegate!(&mut self.0, a => a.enqueue(router, events, serialise_keys).await)
+        delegate!(&mut self.0, a => a.enqueue(events, serialise_keys).await)
+    }
+
+    async fn record_layout(&mut self, count: PartitionCount) -> Result<LayoutRecord, StoreError> {
+        delegate!(&mut self.0, a => a.record_layout(count).await)
+    }
+
+    async fn routing_state(&self) -> Result<RoutingState, StoreError> {
+        delegate!(&self.0, a => a.routing_state().await)
+    }
+
+    async fn placements(&self) -> Result<Vec<Placement>, StoreError> {
+        delegate!(&self.0, a => a.placements().await)
+    }
+
+    async fn change_pin(
+        &mut self,
+        key: &str,
+        partition: Option<PartitionId>,
+    ) -> Result<PinChange, StoreError> {
+        delegate!(&mut self.0, a => a.change_pin(key, partition).await)
     }
 
     async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError> {
@@ -257,8 +278,8 @@ impl Admin for AdminConn {
         delegate!(&self.0, a => a.dead_letters(id, limit).await)
     }
 
-    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
-        delegate!(&mut self.0, a => a.redrive(router, id).await)
+    async fn redrive(&mut self, id: i64) -> Result<Option<i64>, StoreError> {
+        delegate!(&mut self.0, a => a.redrive(id).await)
     }
 
     async fn switch_online(

@@ -11,7 +11,7 @@ use keyorder::key::Event;
 use keyorder::retry::RetryPolicy;
 use keyorder::store::sqlite::{self, schema::OpenMode, SqliteOptions, SqliteStore};
 use keyorder::worker::{self, WorkerConfig};
-use keyorder::{PartitionCount, Router};
+use keyorder::PartitionCount;
 
 use super::server::{deliverer, hyper_server, raw, Canned, Counts};
 use super::tls::https_server;
@@ -47,7 +47,8 @@ async fn dead_letter_of(name: &str, url: &str, options: HttpOptions) -> (i16, St
         resource_id: String::new(),
         payload: serde_json::json!({"case": name}),
     };
-    sqlite::queue::enqueue(&mut c, &Router::new(count), &[event]).unwrap();
+    sqlite::layout::record(&c, count).unwrap();
+    sqlite::queue::enqueue(&mut c, &[event]).unwrap();
     let store = SqliteStore::new(
         &db.0,
         count,

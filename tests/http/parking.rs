@@ -58,7 +58,8 @@ async fn run(strict: bool) -> (BTreeMap<String, Duration>, Vec<(i64, u32)>, usiz
             });
         }
     }
-    sqlite::queue::enqueue(&mut c, &Router::new(count), &events).unwrap();
+    sqlite::layout::record(&c, count).unwrap();
+    sqlite::queue::enqueue(&mut c, &events).unwrap();
     let (addr, _, seen) = hyper_server(answer).await;
     let store = SqliteStore::new(
         &db,

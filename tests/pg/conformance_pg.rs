@@ -3,7 +3,7 @@
 
 use keyorder::key::Event;
 use keyorder::store::postgres::{queue, PgOptions, PgStore};
-use keyorder::{PartitionId, Router};
+use keyorder::PartitionId;
 
 use super::conformance::{self, count, Fixture};
 use super::harness::PgServer;
@@ -24,7 +24,8 @@ impl Fixture for PgFixture {
 
     async fn enqueue(&self, events: &[Event]) -> (u64, Vec<String>) {
         let mut c = client(&self.url).await;
-        let r = queue::enqueue(&mut c, &Router::new(count()), events, false).await.unwrap();
+        keyorder::store::postgres::layout::record(&c, count()).await.unwrap();
+        let r = queue::enqueue(&mut c, events, false).await.unwrap();
         (r.inserted, r.duplicates)
     }
 

@@ -10,7 +10,7 @@ use keyorder::key::Event;
 use keyorder::retry::RetryPolicy;
 use keyorder::store::postgres::{self, queue, schema, PgOptions, PgStore};
 use keyorder::worker::{self, WorkerConfig, WorkerReport};
-use keyorder::{PartitionCount, PartitionId, Router, Seq, Time};
+use keyorder::{PartitionCount, PartitionId, Seq, Time};
 use tokio_postgres::Client;
 
 use super::endpoint::{Arrival, Endpoint};
@@ -56,8 +56,8 @@ pub fn events(keys: &[String], per_key: usize) -> Vec<Event> {
 }
 
 pub async fn enqueue(client: &mut Client, events: &[Event]) {
-    let report =
-        queue::enqueue(client, &Router::new(count()), events, false).await.expect("enqueues");
+    keyorder::store::postgres::layout::record(client, count()).await.expect("records the count");
+    let report = queue::enqueue(client, events, false).await.expect("enqueues");
     assert_eq!(report.inserted as usize, events.len());
 }
 

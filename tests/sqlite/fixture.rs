@@ -6,7 +6,7 @@ use std::time::Duration;
 use keyorder::clock::TokioClock;
 use keyorder::key::Event;
 use keyorder::store::sqlite::{queue, schema, SqliteOptions, SqliteStore};
-use keyorder::{PartitionId, Router};
+use keyorder::PartitionId;
 use rusqlite::Connection;
 
 use super::cli::TempDir;
@@ -45,7 +45,9 @@ impl Fixture for SqliteFixture {
     }
 
     async fn enqueue(&self, events: &[Event]) -> (u64, Vec<String>) {
-        let r = queue::enqueue(&mut self.conn(), &Router::new(count()), events).unwrap();
+        let mut c = self.conn();
+        keyorder::store::sqlite::layout::record(&c, count()).unwrap();
+        let r = queue::enqueue(&mut c, events).unwrap();
         (r.inserted, r.duplicates)
     }
 

@@ -110,7 +110,8 @@ fn a_stopped_worker_past_its_lease_expiry_delivers_at_most_its_in_flight_event()
         }
     }
     let router = keyorder::Router::new(keyorder::PartitionCount::new(16).unwrap());
-    keyorder::store::sqlite::queue::enqueue(&mut c, &router, &events).unwrap();
+    keyorder::store::sqlite::layout::record(&c, router.count()).unwrap();
+    keyorder::store::sqlite::queue::enqueue(&mut c, &events).unwrap();
     let enqueued: Vec<Enqueued> = {
         let mut st = c
             .prepare(

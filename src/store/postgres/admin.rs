@@ -4,15 +4,17 @@
 use tokio_postgres::Client;
 
 use crate::endpoints::EndpointRow;
+use crate::ids::PartitionId;
 use crate::key::Event;
-use crate::routing::{PartitionCount, Router};
+use crate::layout::{LayoutRecord, Placement, RoutingState};
+use crate::routing::PartitionCount;
 use crate::store::admin::{
     Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag,
-    SplitKey,
+    PinChange, SplitKey,
 };
 use crate::store::StoreError;
 
-use super::{queue, schema, PgOptions, PgStore};
+use super::{layout, queue, schema, PgOptions, PgStore};
 
 /// One PostgreSQL connection for the admin operations.
 pub struct PgAdmin {
@@ -44,11 +46,30 @@ impl Admin for PgAdmin {
 
     async fn enqueue(
         &mut self,
-        router: &Router,
         events: &[Event],
         serialise_keys: bool,
     ) -> Result<EnqueueReport, StoreError> {
-        queue::enqueue(&mut self.client, router, events, serialise_keys).await
+        queue::enqueue(&mut self.client, events, serialise_keys).await
+    }
+
+    async fn record_layout(&mut self, count: PartitionCount) -> Result<LayoutRecord, StoreError> {
+        layout::record(&self.client, count).await
+    }
+
+    async fn routing_state(&self) -> Result<RoutingState, StoreError> {
+        layout::state(&self.client).await
+    }
+
+    async fn placements(&self) -> Result<Vec<Placement>, StoreError> {
+        layout::placements(&self.client).await
+    }
+
+    async fn change_pin(
+        &mut self,
+        key: &str,
+        partition: Option<PartitionId>,
+    ) -> Result<PinChange, StoreError> {
+        layout::change_pin(&mut self.client, key, partition).await
     }
 
     async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError> {
@@ -78,8 +99,8 @@ impl Admin for PgAdmin {
         queue::dead_letters(&self.client, id, limit).await
     }
 
-    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
-        queue::redrive(&mut self.client, router, id).await
+    async fn redrive(&mut self, id: i64) -> Result<Option<i64>, StoreError> {
+        queue::redrive(&mut self.client, id).await
     }
 
     async fn switch_online(
@@ -124,9 +145,9 @@ impl Admin for PgAdmin {
 
     async fn empty_queue(&mut self, dead_letters: bool) -> Result<(), StoreError> {
         let sql = if dead_letters {
-            "TRUNCATE delivery_queue, delivery_dlq"
+            "TRUNCATE delivery_queue, delivery_dlq, keyorder_layout, keyorder_pin"
         } else {
-            "TRUNCATE delivery_queue"
+            "TRUNCATE delivery_queue, keyorder_layout, keyorder_pin"
         };
         Ok(self.client.batch_execute(sql).await?)
     }

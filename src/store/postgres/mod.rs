@@ -34,6 +34,7 @@ use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError,
 pub mod admin;
 mod endpoints;
 mod error;
+pub mod layout;
 pub mod queue;
 pub mod schema;
 

@@ -4,19 +4,20 @@
 use tokio_postgres::Client;
 
 use crate::key::{partition_key, Event};
-use crate::routing::{PartitionCount, Router};
+use crate::routing::PartitionCount;
 use crate::store::admin::{DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey};
 use crate::store::StoreError;
 
 use super::schema::KEY_NAMESPACE;
 
-/// Inserts `events` in one statement (one round trip), routed by `router`. Duplicate event ids
-/// are reported, not errors. With `serialise_keys`, the transaction first takes a
-/// transaction-scoped advisory lock per distinct key (in key order, so batches cannot
-/// deadlock): producers of one key then commit in seq order.
+/// Inserts `events` in one statement (one round trip), routed by the layout in force and the
+/// pins, both read in the insert's transaction (the layout `FOR SHARE`, so a concurrent switch
+/// or pin change waits for this insert, and this insert sees a finished one). Refused when no
+/// layout is recorded. Duplicate event ids are reported, not errors. With `serialise_keys`,
+/// the transaction first takes a transaction-scoped advisory lock per distinct key (in key
+/// order, so batches cannot deadlock): producers of one key then commit in seq order.
 pub async fn enqueue(
     client: &mut Client,
-    router: &Router,
     events: &[Event],
     serialise_keys: bool,
 ) -> Result<EnqueueReport, StoreError> {
@@ -31,19 +32,7 @@ pub async fn enqueue(
         payloads.push(e.payload.to_string());
     }
     let tx = client.transaction().await?;
-    // Once an online switch has run, the layout table says how to route; reading it FOR SHARE
-    // makes a concurrent switch wait for this insert (and this insert see a finished switch).
-    let layout = tx
-        .query_opt(
-            "SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1 FOR SHARE",
-            &[],
-        )
-        .await?
-        .map(|r| (r.get::<_, i32>(0), r.get::<_, i16>(1)));
-    let (epoch, router) = match layout {
-        Some((epoch, count)) => (epoch, Router::new(count_of(count)?)),
-        None => (0, router.clone()),
-    };
+    let (epoch, router) = super::layout::router_in(&tx, "enqueue").await?;
     // Partitions are below a validated count of at most 32767.
     let partitions: Vec<i16> = keys.iter().map(|k| router.route(k).0 as i16).collect();
     if serialise_keys {
@@ -104,6 +93,19 @@ pub async fn switch_online(
         return Err(StoreError::Refused {
             operation: "switch",
             reason: format!("the count in force is {count}, not {from}"),
+        });
+    }
+    if let Some(pin) = tx
+        .query_opt(
+            "SELECT partition_key, partition FROM keyorder_pin
+             WHERE until_epoch IS NULL AND partition >= $1 ORDER BY 1 LIMIT 1",
+            &[&(to.get() as i16)],
+        )
+        .await?
+    {
+        return Err(StoreError::Refused {
+            operation: "switch",
+            reason: crate::layout::pin_outside(&pin.get::<_, String>(0), pin.get(1), to),
         });
     }
     let next = epoch + 1;
@@ -232,12 +234,9 @@ pub async fn dead_letter_page(
 /// Moves dead-lettered row `id` back to the queue's tail (a new seq, attempts reset), routed
 /// by `router`, in one transaction. The event is then delivered after events of its key that
 /// were enqueued after it: an ordering gap the caller must accept. `None` if no such row.
-pub async fn redrive(
-    client: &mut Client,
-    router: &Router,
-    id: i64,
-) -> Result<Option<i64>, StoreError> {
+pub async fn redrive(client: &mut Client, id: i64) -> Result<Option<i64>, StoreError> {
     let tx = client.transaction().await?;
+    let (epoch, router) = super::layout::router_in(&tx, "redrive").await?;
     let Some(row) = tx
         .query_opt("DELETE FROM delivery_dlq WHERE id = $1 RETURNING partition_key, event_id, payload::text", &[&id])
         .await?
@@ -248,9 +247,9 @@ pub async fn redrive(
     let partition = router.route(&key).0 as i16;
     let seq: i64 = tx
         .query_one(
-            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
-             VALUES ($1, $2, $3, $4::text::jsonb) RETURNING seq",
-            &[&partition, &key, &row.get::<_, String>(1), &row.get::<_, String>(2)],
+            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload, layout)
+             VALUES ($1, $2, $3, $4::text::jsonb, $5) RETURNING seq",
+            &[&partition, &key, &row.get::<_, String>(1), &row.get::<_, String>(2), &epoch],
         )
         .await?
         .get(0);

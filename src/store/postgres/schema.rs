@@ -88,6 +88,45 @@ const MIGRATIONS: &[&str] = &[
       secret_ref    TEXT
     );
     "#,
+    // 6: the routing configuration lives in the database: `keyorder_layout` holds the count in
+    // force from now on (written by `keyorder migrate` or the first enqueue, not only by a
+    // switch), and key pins beside it, each in force over a range of layout epochs (a pin
+    // change starts an epoch of the same count, so the per-key barrier holds a moved key).
+    // A plain SQL insert (a reference producer, routing by hash) is routed by a trigger:
+    // stamped with the layout in force and sent to its key's pin. keyorder's own inserts route
+    // themselves and mark their transaction (`keyorder.routed`), so the trigger skips them.
+    r#"
+    CREATE TABLE IF NOT EXISTS keyorder_pin (
+      partition_key TEXT     NOT NULL,
+      partition     SMALLINT NOT NULL CHECK (partition >= 0),
+      from_epoch    INT      NOT NULL,
+      until_epoch   INT,
+      pinned_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+      PRIMARY KEY (partition_key, from_epoch)
+    );
+    CREATE UNIQUE INDEX IF NOT EXISTS keyorder_pin_current ON keyorder_pin (partition_key)
+      WHERE until_epoch IS NULL;
+    CREATE OR REPLACE FUNCTION keyorder_route_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+      e INT;
+      p SMALLINT;
+    BEGIN
+      SELECT epoch INTO e FROM keyorder_layout ORDER BY epoch DESC LIMIT 1;
+      IF e IS NOT NULL THEN
+        NEW.layout := e;
+      END IF;
+      SELECT partition INTO p FROM keyorder_pin
+        WHERE partition_key = NEW.partition_key AND until_epoch IS NULL;
+      IF p IS NOT NULL THEN
+        NEW.partition := p;
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE OR REPLACE TRIGGER keyorder_route_insert BEFORE INSERT ON delivery_queue
+      FOR EACH ROW
+      WHEN (NEW.layout = 0 AND current_setting('keyorder.routed', true) IS DISTINCT FROM 'on')
+      EXECUTE FUNCTION keyorder_route_insert();
+    "#,
 ];
 
 /// The schema version this build writes and expects.

@@ -11,15 +11,17 @@ use std::path::Path;
 use rusqlite::Connection;
 
 use crate::endpoints::EndpointRow;
+use crate::ids::PartitionId;
 use crate::key::Event;
-use crate::routing::{PartitionCount, Router};
+use crate::layout::{LayoutRecord, Placement, RoutingState};
+use crate::routing::PartitionCount;
 use crate::store::admin::{
     Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag,
-    SplitKey,
+    PinChange, SplitKey,
 };
 use crate::store::StoreError;
 
-use super::{queue, schema};
+use super::{layout, queue, schema};
 
 /// One SQLite connection for the admin operations.
 pub struct SqliteAdmin {
@@ -58,12 +60,31 @@ impl Admin for SqliteAdmin {
 
     async fn enqueue(
         &mut self,
-        router: &Router,
         events: &[Event],
         _serialise_keys: bool,
     ) -> Result<EnqueueReport, StoreError> {
         // One writer at a time: rows of one key always commit in seq order.
-        queue::enqueue(&mut self.conn, router, events)
+        queue::enqueue(&mut self.conn, events)
+    }
+
+    async fn record_layout(&mut self, count: PartitionCount) -> Result<LayoutRecord, StoreError> {
+        layout::record(&self.conn, count)
+    }
+
+    async fn routing_state(&self) -> Result<RoutingState, StoreError> {
+        layout::state(&self.conn)
+    }
+
+    async fn placements(&self) -> Result<Vec<Placement>, StoreError> {
+        layout::placements(&self.conn)
+    }
+
+    async fn change_pin(
+        &mut self,
+        key: &str,
+        partition: Option<PartitionId>,
+    ) -> Result<PinChange, StoreError> {
+        layout::change_pin(&mut self.conn, key, partition)
     }
 
     async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError> {
@@ -90,8 +111,8 @@ impl Admin for SqliteAdmin {
         queue::dead_letters(&self.conn, id, limit)
     }
 
-    async fn redrive(&mut self, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
-        queue::redrive(&mut self.conn, router, id)
+    async fn redrive(&mut self, id: i64) -> Result<Option<i64>, StoreError> {
+        queue::redrive(&mut self.conn, id)
     }
 
     async fn switch_online(
@@ -137,9 +158,11 @@ impl Admin for SqliteAdmin {
 
     async fn empty_queue(&mut self, dead_letters: bool) -> Result<(), StoreError> {
         let sql = if dead_letters {
-            "DELETE FROM delivery_queue; DELETE FROM delivery_dlq; DELETE FROM keyorder_lease;"
+            "DELETE FROM delivery_queue; DELETE FROM delivery_dlq; DELETE FROM keyorder_lease;
+             DELETE FROM keyorder_layout; DELETE FROM keyorder_pin;"
         } else {
-            "DELETE FROM delivery_queue; DELETE FROM keyorder_lease;"
+            "DELETE FROM delivery_queue; DELETE FROM keyorder_lease;
+             DELETE FROM keyorder_layout; DELETE FROM keyorder_pin;"
         };
         Ok(self.conn.execute_batch(sql)?)
     }

@@ -69,6 +69,7 @@ pub mod admin;
 mod conn;
 mod endpoints;
 mod error;
+pub mod layout;
 pub mod queue;
 pub mod schema;
 

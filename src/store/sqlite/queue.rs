@@ -6,7 +6,7 @@
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::key::{partition_key, Event};
-use crate::routing::{PartitionCount, Router};
+use crate::routing::PartitionCount;
 use crate::store::StoreError;
 
 use crate::store::admin::{DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey};
@@ -26,20 +26,13 @@ fn newest_layout(c: &Connection) -> Result<Option<(i64, i64)>, StoreError> {
     .optional()?)
 }
 
-/// Inserts `events` in one `BEGIN IMMEDIATE` transaction, routed by `router` (or by the newest
-/// layout, once an online switch has run). Duplicate event ids are reported, not errors. The
-/// write lock serialises producers, so rows of one key always commit in seq order (what
-/// PostgreSQL's `serialise_keys` buys).
-pub fn enqueue(
-    c: &mut Connection,
-    router: &Router,
-    events: &[Event],
-) -> Result<EnqueueReport, StoreError> {
+/// Inserts `events` in one `BEGIN IMMEDIATE` transaction, routed by the layout in force and
+/// the pins (refused when no layout is recorded). Duplicate event ids are reported, not
+/// errors. The write lock serialises producers, so rows of one key always commit in seq order
+/// (what PostgreSQL's `serialise_keys` buys).
+pub fn enqueue(c: &mut Connection, events: &[Event]) -> Result<EnqueueReport, StoreError> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let (layout, router) = match newest_layout(&tx)? {
-        Some((epoch, count)) => (epoch, Router::new(count_of(count)?)),
-        None => (0, router.clone()),
-    };
+    let (layout, router) = super::layout::router_in(&tx, "enqueue")?;
     let mut report = EnqueueReport::default();
     {
         let mut insert = tx.prepare_cached(
@@ -85,6 +78,20 @@ pub fn switch_online(
         return Err(StoreError::Refused {
             operation: "switch",
             reason: format!("the count in force is {count}, not {from}"),
+        });
+    }
+    if let Some((key, p)) = tx
+        .query_row(
+            "SELECT partition_key, partition FROM keyorder_pin
+             WHERE until_epoch IS NULL AND partition >= ?1 ORDER BY 1 LIMIT 1",
+            [i64::from(to.get())],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i16>(1)?)),
+        )
+        .optional()?
+    {
+        return Err(StoreError::Refused {
+            operation: "switch",
+            reason: crate::layout::pin_outside(&key, p, to),
         });
     }
     let next = epoch + 1;
@@ -203,8 +210,9 @@ pub fn dead_letter_page(
 
 /// Moves dead-lettered row `id` back to the queue's tail (a new seq, attempts reset), routed by
 /// `router`, in one transaction: an ordering gap the caller must accept. `None` if no such row.
-pub fn redrive(c: &mut Connection, router: &Router, id: i64) -> Result<Option<i64>, StoreError> {
+pub fn redrive(c: &mut Connection, id: i64) -> Result<Option<i64>, StoreError> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let (layout, router) = super::layout::router_in(&tx, "redrive")?;
     let Some((key, event_id, payload)) = tx
         .query_row(
             "SELECT partition_key, event_id, payload FROM delivery_dlq WHERE id = ?1",
@@ -218,8 +226,9 @@ pub fn redrive(c: &mut Connection, router: &Router, id: i64) -> Result<Option<i6
     tx.execute("DELETE FROM delivery_dlq WHERE id = ?1", [id])?;
     let partition = i64::from(router.route(&key).0);
     tx.execute(
-        "INSERT INTO delivery_queue (partition, partition_key, event_id, payload) VALUES (?1, ?2, ?3, ?4)",
-        params![partition, key, event_id, payload],
+        "INSERT INTO delivery_queue (partition, partition_key, event_id, payload, layout)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![partition, key, event_id, payload, layout],
     )?;
     let seq = tx.last_insert_rowid();
     tx.commit()?;

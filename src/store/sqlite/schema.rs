@@ -89,6 +89,32 @@ const MIGRATIONS: &[&str] = &[
       secret_ref    TEXT
     );
     "#,
+    // 6: the routing configuration in the database, as on PostgreSQL: the layout in force is
+    // always recorded, pins beside it. A plain SQL insert of the layout-0 default (a
+    // reference producer) while a later layout is in force is stamped with it and sent to its
+    // key's pin; keyorder's own inserts carry the epoch they were routed under already.
+    r#"
+    CREATE TABLE keyorder_pin (
+      partition_key TEXT    NOT NULL,
+      partition     INTEGER NOT NULL CHECK (partition >= 0),
+      from_epoch    INTEGER NOT NULL,
+      until_epoch   INTEGER,
+      pinned_at     REAL    NOT NULL DEFAULT (unixepoch('subsec')),
+      PRIMARY KEY (partition_key, from_epoch)
+    );
+    CREATE UNIQUE INDEX keyorder_pin_current ON keyorder_pin (partition_key)
+      WHERE until_epoch IS NULL;
+    CREATE TRIGGER keyorder_route_insert AFTER INSERT ON delivery_queue
+    WHEN NEW.layout = 0 AND EXISTS (SELECT 1 FROM keyorder_layout WHERE epoch > 0)
+    BEGIN
+      UPDATE delivery_queue SET
+        layout = (SELECT max(epoch) FROM keyorder_layout),
+        partition = coalesce((SELECT partition FROM keyorder_pin
+                              WHERE partition_key = NEW.partition_key AND until_epoch IS NULL),
+                             NEW.partition)
+      WHERE seq = NEW.seq;
+    END;
+    "#,
 ];
 
 /// The schema version this build writes and expects (the same number as PostgreSQL's).

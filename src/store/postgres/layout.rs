@@ -1,0 +1,158 @@
+//! The routing records on PostgreSQL: the layouts and the pins (see [`crate::layout`]), and
+//! the queued placements the audit judges.
+
+use tokio_postgres::{Client, GenericClient};
+
+use crate::ids::PartitionId;
+use crate::layout::{LayoutRecord, PinSpan, Placement, RoutingState};
+use crate::routing::{Overrides, PartitionCount, Router};
+use crate::store::admin::PinChange;
+use crate::store::StoreError;
+
+fn count_of(n: i16) -> Result<PartitionCount, StoreError> {
+    PartitionCount::new(i64::from(n))
+        .map_err(|e| StoreError::Refused { operation: "read the layout", reason: e.to_string() })
+}
+
+/// Why `operation` cannot run: no layout is recorded.
+pub(crate) fn no_layout(operation: &'static str) -> StoreError {
+    StoreError::Refused {
+        operation,
+        reason:
+            "no partition count is recorded in this database: run `keyorder migrate --partitions N`"
+                .into(),
+    }
+}
+
+/// In a producing transaction: the layout in force (read `FOR SHARE`, so a switch or pin
+/// change waits for the transaction) and the router of it with the pins in force. Marks the
+/// transaction as routed by keyorder, so the insert trigger that routes plain SQL inserts
+/// leaves its rows alone.
+pub(crate) async fn router_in(
+    tx: &impl GenericClient,
+    operation: &'static str,
+) -> Result<(i32, Router), StoreError> {
+    let row = tx
+        .query_opt(
+            "SELECT epoch, partitions, set_config('keyorder.routed', 'on', true)
+             FROM keyorder_layout ORDER BY epoch DESC LIMIT 1 FOR SHARE",
+            &[],
+        )
+        .await?
+        .ok_or_else(|| no_layout(operation))?;
+    let (epoch, count) = (row.get::<_, i32>(0), count_of(row.get(1))?);
+    let mut pins = Overrides::new();
+    for r in tx
+        .query("SELECT partition_key, partition FROM keyorder_pin WHERE until_epoch IS NULL", &[])
+        .await?
+    {
+        pins.pin(r.get::<_, String>(0), PartitionId(r.get::<_, i16>(1) as u16));
+    }
+    let router = Router::with_overrides(count, pins)
+        .map_err(|e| StoreError::Refused { operation, reason: e.to_string() })?;
+    Ok((epoch, router))
+}
+
+/// Records `count` as layout 0 when no layout is recorded; returns the layout in force.
+pub async fn record(client: &Client, count: PartitionCount) -> Result<LayoutRecord, StoreError> {
+    client
+        .execute(
+            "INSERT INTO keyorder_layout (epoch, partitions)
+             SELECT 0, $1 WHERE NOT EXISTS (SELECT 1 FROM keyorder_layout)
+             ON CONFLICT DO NOTHING",
+            &[&(count.get() as i16)],
+        )
+        .await?;
+    state(client).await?.current().ok_or_else(|| no_layout("record the layout"))
+}
+
+/// Every layout and pin.
+pub async fn state(client: &Client) -> Result<RoutingState, StoreError> {
+    let mut layouts = Vec::new();
+    for r in client.query("SELECT epoch, partitions FROM keyorder_layout ORDER BY 1", &[]).await? {
+        layouts.push(LayoutRecord { epoch: r.get(0), partitions: count_of(r.get(1))? });
+    }
+    let pins = client
+        .query(
+            "SELECT partition_key, partition, from_epoch, until_epoch FROM keyorder_pin ORDER BY 1, 3",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| PinSpan {
+            key: r.get(0),
+            partition: PartitionId(r.get::<_, i16>(1) as u16),
+            from_epoch: r.get(2),
+            until_epoch: r.get(3),
+        })
+        .collect();
+    Ok(RoutingState { layouts, pins })
+}
+
+/// Queued rows grouped by key, partition and layout, in that order.
+pub async fn placements(client: &Client) -> Result<Vec<Placement>, StoreError> {
+    Ok(client
+        .query(
+            "SELECT partition_key, partition, layout, count(*) FROM delivery_queue
+             GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| Placement { key: r.get(0), partition: r.get(1), layout: r.get(2), rows: r.get(3) })
+        .collect())
+}
+
+/// Pins `key` to `partition` (`None`: unpins it) under a new layout epoch of the same count,
+/// so the per-key barrier holds its new rows until its old ones are gone. Refused when no
+/// layout is recorded or the partition is outside the count; nothing changes then, nor when
+/// the key is already pinned so.
+pub async fn change_pin(
+    client: &mut Client,
+    key: &str,
+    partition: Option<PartitionId>,
+) -> Result<PinChange, StoreError> {
+    let tx = client.transaction().await?;
+    tx.batch_execute("LOCK TABLE keyorder_layout IN EXCLUSIVE MODE").await?;
+    let row = tx
+        .query_opt("SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1", &[])
+        .await?
+        .ok_or_else(|| no_layout("pin"))?;
+    let (epoch, count) = (row.get::<_, i32>(0), count_of(row.get(1))?);
+    crate::layout::check_pin(key, partition, count)
+        .map_err(|reason| StoreError::Refused { operation: "pin", reason })?;
+    let previous = tx
+        .query_opt(
+            "SELECT partition FROM keyorder_pin WHERE partition_key = $1 AND until_epoch IS NULL",
+            &[&key],
+        )
+        .await?
+        .map(|r| PartitionId(r.get::<_, i16>(0) as u16));
+    let queued: i64 = tx
+        .query_one("SELECT count(*) FROM delivery_queue WHERE partition_key = $1", &[&key])
+        .await?
+        .get(0);
+    if previous == partition {
+        return Ok(PinChange { epoch, previous, queued_rows: queued, changed: false });
+    }
+    let next = epoch + 1;
+    tx.execute(
+        "UPDATE keyorder_pin SET until_epoch = $2 WHERE partition_key = $1 AND until_epoch IS NULL",
+        &[&key, &next],
+    )
+    .await?;
+    if let Some(p) = partition {
+        tx.execute(
+            "INSERT INTO keyorder_pin (partition_key, partition, from_epoch) VALUES ($1, $2, $3)",
+            &[&key, &(p.0 as i16), &next],
+        )
+        .await?;
+    }
+    tx.execute(
+        "INSERT INTO keyorder_layout (epoch, partitions) VALUES ($1, $2)",
+        &[&next, &(count.get() as i16)],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(PinChange { epoch: next, previous, queued_rows: queued, changed: true })
+}
