@@ -122,6 +122,9 @@ pub struct Plan {
     /// Keys heavier than a target partition's mean load: no count spreads them; pin them
     /// with an override instead.
     pub whales: Vec<KeyLoad>,
+    /// A pin for each whale not pinned yet: the least loaded target partition (after the
+    /// change, without the whale) not proposed for another, heaviest whale first.
+    pub proposed_pins: Vec<ProposedPin>,
     /// The heaviest source → target moves (empty when the matrix was too large to keep).
     pub top_moves: Vec<Move>,
     /// The over-provisioned alternative, when workers were given.
@@ -132,6 +135,44 @@ pub struct Plan {
     pub checklist: Vec<String>,
     /// The online procedure: no write pause; a moving key waits for its old partition.
     pub online: Online,
+}
+
+/// A pin `keyorder plan` proposes for a whale: `keyorder pin KEY PARTITION`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProposedPin {
+    /// The whale key.
+    pub key: String,
+    /// The partition proposed for it.
+    pub partition: u16,
+    /// The load that partition carries without the whale.
+    pub partition_load: f64,
+}
+
+/// For each whale not pinned in `pinned`, the least loaded partition of `load_after` (the
+/// whale's own load taken out), each partition proposed once; deterministic (ties: lowest).
+fn propose_pins(whales: &[KeyLoad], load_after: &[f64], pinned: &Overrides) -> Vec<ProposedPin> {
+    let mut load = load_after.to_vec();
+    for w in whales {
+        load[usize::from(w.after.0)] -= w.weight;
+    }
+    let mut taken = vec![false; load.len()];
+    for w in whales.iter().filter(|w| pinned.lookup(&w.key).is_some()) {
+        taken[usize::from(w.after.0)] = true;
+    }
+    let mut out = Vec::new();
+    for w in whales.iter().filter(|w| pinned.lookup(&w.key).is_none()) {
+        let best = (0..load.len())
+            .filter(|&p| !taken[p])
+            .min_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
+        let Some(p) = best else { break };
+        taken[p] = true;
+        out.push(ProposedPin {
+            key: w.key.clone(),
+            partition: p as u16,
+            partition_load: load[p].max(0.0),
+        });
+    }
+    out
 }
 
 /// The online alternative to drain-and-switch (see [`crate::repartition`]).
@@ -279,7 +320,9 @@ impl Planner {
         });
         top_moves.truncate(TOP_MOVES);
         let target_mean = total / f64::from(to);
-        let whales = self.top.iter().filter(|k| k.weight > target_mean).cloned().collect();
+        let whales: Vec<KeyLoad> =
+            self.top.iter().filter(|k| k.weight > target_mean).cloned().collect();
+        let proposed_pins = propose_pins(&whales, &self.weight_after, &self.overrides_to);
         let predicted_drain_seconds = drain.map(|d| {
             let deepest = d.depth.iter().copied().max().unwrap_or(0) as f64;
             if d.rate_per_partition > 0.0 {
@@ -312,6 +355,7 @@ impl Planner {
             keys_after: self.keys_after,
             heaviest_keys: self.top,
             whales,
+            proposed_pins,
             top_moves,
             assignment,
             predicted_drain_seconds,
@@ -473,8 +517,15 @@ impl Plan {
             for k in &self.whales {
                 let _ = writeln!(
                     out,
-                    "WHALE {:?} ({:.1}) outweighs a partition's mean load at {}: no count spreads it; pin it with an override",
+                    "WHALE {:?} ({:.1}) outweighs a partition's mean load at {}: no count spreads it",
                     k.key, k.weight, self.to
+                );
+            }
+            for p in &self.proposed_pins {
+                let _ = writeln!(
+                    out,
+                    "  pin it to the least loaded partition ({:.1} without it): keyorder pin {} {}",
+                    p.partition_load, p.key, p.partition
                 );
             }
         }
@@ -715,6 +766,17 @@ mod tests {
         let max = p.partitions_after.iter().copied().fold(0.0, f64::max);
         assert!((p.skew_after - max / (1003.0 / 8.0)).abs() < 1e-9);
         assert!(p.report().contains("WHALE \"whale\""));
+        // A pin is proposed for it: the least loaded partition once the whale is taken out.
+        assert_eq!(p.proposed_pins.len(), 1);
+        let pin = &p.proposed_pins[0];
+        let lightest = (0..p.partitions_after.len())
+            .map(|i| {
+                p.partitions_after[i]
+                    - if i == usize::from(p.whales[0].after.0) { 1000.0 } else { 0.0 }
+            })
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(pin.partition_load, lightest.max(0.0));
+        assert!(p.report().contains(&format!("keyorder pin whale {}", pin.partition)));
         // A key above the remainder of total / count but below the mean is no whale.
         let p = plan(4, 8, &[("whale", 1000.0), ("a", 10.0), ("b", 1.0), ("c", 1.0)]);
         assert_eq!(p.whales.iter().map(|k| k.key.as_str()).collect::<Vec<_>>(), ["whale"]);

@@ -417,6 +417,11 @@ impl Overrides {
         self.0.get(key).copied()
     }
 
+    /// Every pin, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, PartitionId)> {
+        self.0.iter().map(|(k, p)| (k, *p))
+    }
+
     /// How many keys are pinned.
     pub fn len(&self) -> usize {
         self.0.len()

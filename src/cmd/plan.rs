@@ -21,9 +21,9 @@ const BATCH: usize = 8192;
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// The partition count in force.
-    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
-    from: PartitionCount,
+    /// The partition count in force (with --database: read from it, and this must agree).
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true, required_unless_present = "database")]
+    from: Option<PartitionCount>,
     /// The partition count you want.
     #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     to: PartitionCount,
@@ -50,6 +50,10 @@ pub struct PlanArgs {
     /// paused), printing the depth as it falls.
     #[arg(long, requires = "database")]
     wait_drained: Option<u64>,
+    /// Try a pin, KEY=PARTITION, under the target count (repeatable); with --database the
+    /// pins in force are counted too, before and after.
+    #[arg(long = "pin", value_name = "KEY=PARTITION", value_parser = parse_pin)]
+    pins: Vec<(String, u16)>,
     /// Also write the plan as one self-contained HTML page (load per partition before and
     /// after as bar charts, moved fraction, whales, checklist, verdict) to this file.
     #[arg(long, value_name = "FILE")]
@@ -80,15 +84,67 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A `--pin KEY=PARTITION`.
+fn parse_pin(text: &str) -> Result<(String, u16), String> {
+    let (key, p) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{text:?} is not KEY=PARTITION (e.g. --pin sub_42=15)"))?;
+    if key.is_empty() {
+        return Err(format!("{text:?} has no key before the ="));
+    }
+    let p = p
+        .parse::<u16>()
+        .map_err(|_| format!("{text:?}: the partition {p:?} is not a whole number from 0"))?;
+    Ok((key.to_owned(), p))
+}
+
+/// The count in force and its pins: from the database when given (checked against `--from`),
+/// else `--from` with no pins.
+fn routing_of(args: &PlanArgs) -> anyhow::Result<(PartitionCount, Overrides)> {
+    let Some(url) = &args.database else {
+        let from =
+            args.from.ok_or_else(|| BadInput("--from is needed without --database".into()))?;
+        return Ok((from, Overrides::new()));
+    };
+    let state = super::runtime::block_on(async {
+        anyhow::Ok(postgres_admin(url).await?.routing_state().await?)
+    })??;
+    let Some(layout) = state.current() else {
+        return Err(BadInput(
+            "the database records no partition count yet: run `keyorder migrate --partitions N`"
+                .into(),
+        )
+        .into());
+    };
+    if let Some(from) = args.from.filter(|f| *f != layout.partitions) {
+        return Err(BadInput(format!(
+            "--from {from} disagrees with the database: it records {} partitions",
+            layout.partitions
+        ))
+        .into());
+    }
+    Ok((layout.partitions, state.current_pins()))
+}
+
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let mut planner = Planner::new(args.from, args.to, Overrides::new(), Overrides::new())?;
+    let (from, pins_from) = routing_of(&args)?;
+    let mut pins_to = Overrides::new();
+    for (key, partition) in pins_from.iter() {
+        // Pins carry into the new layout (a switch refuses one the new count lacks).
+        pins_to.pin(key.clone(), partition);
+    }
+    for (key, p) in &args.pins {
+        pins_to.pin(key.clone(), keyorder::PartitionId(*p));
+    }
+    let mut planner =
+        Planner::new(from, args.to, pins_from, pins_to).map_err(|e| BadInput(format!("{e}")))?;
     if let Some(path) = &args.keys {
         read_sample(path, &mut planner)?;
     }
     let live = match &args.database {
         Some(url) => Some(super::runtime::block_on(live_queue(
             url,
-            args.from,
+            from,
             args.drain_rate,
             args.wait_drained,
         ))??),

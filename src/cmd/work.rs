@@ -137,39 +137,21 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         )
         .into());
     }
-    // Creates a SQLite file (with its schema) on first use; checks the schema otherwise. The
-    // count comes from the database; the queue's misplaced rows are reported before anything
-    // starts, then every AUDIT_PERIOD.
-    let partitions = block_on(async {
-        let mut admin = location.open_admin(OpenMode::Create).await.map_err(open_error)?;
-        let resolved = super::layout::resolve(&mut admin, args.partitions).await?;
-        if let super::layout::Resolved::RecordedNow(l) = resolved {
-            eprintln!("keyorder work: recorded {} partitions in the database (every command uses it now; `keyorder switch` changes it)", l.partitions);
-        }
-        anyhow::Ok(resolved.layout().partitions)
-    })??;
-    let mut stores = location
-        .stores(
-            partitions,
-            StoreOptions {
-                delivery_timeout,
-                lease_expiry: args.lease_expiry_ms.map(Duration::from_millis),
-                session_timeout: args.session_timeout_ms.map(Duration::from_millis),
-                request_timeout: settings.request_timeout,
-            },
-        )
+    let options = StoreOptions {
+        delivery_timeout,
+        lease_expiry: args.lease_expiry_ms.map(Duration::from_millis),
+        session_timeout: args.session_timeout_ms.map(Duration::from_millis),
+        request_timeout: settings.request_timeout,
+    };
+    // The options are checked before anything is created; the count is the database's, read
+    // below (the factory is built again with it).
+    let stores = location
+        .stores(args.partitions.map_or_else(|| PartitionCount::new(1), Ok)?, options)
         .map_err(open_error)?;
     let metrics = match &args.metrics_addr {
         Some(addr) => Some(super::metrics::start(addr, location.clone())?),
         None => None,
     };
-    block_on(async {
-        match location.open_admin(OpenMode::Existing).await {
-            Ok(admin) => report_audit(&admin, metrics.as_ref()).await,
-            Err(e) => eprintln!("keyorder work: could not audit the queue's routing: {e}"),
-        }
-    })?;
-    start_auditor(location.clone(), metrics.clone())?;
     let settings = LoopSettings {
         metrics,
         takeover_delay: stores.takeover_delay(),
@@ -182,6 +164,25 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             .validate()
             .map_err(|e| BadInput(format!("--session-timeout-ms: {e}")))?;
     }
+    // Creates a SQLite file (with its schema) on first use; checks the schema otherwise. The
+    // count comes from the database; the queue's misplaced rows are reported before anything
+    // starts, then every AUDIT_PERIOD.
+    let partitions = block_on(async {
+        let mut admin = location.open_admin(OpenMode::Create).await.map_err(open_error)?;
+        let resolved = super::layout::resolve(&mut admin, args.partitions).await?;
+        if let super::layout::Resolved::RecordedNow(l) = resolved {
+            eprintln!("keyorder work: recorded {} partitions in the database (every command uses it now; `keyorder switch` changes it)", l.partitions);
+        }
+        anyhow::Ok(resolved.layout().partitions)
+    })??;
+    let mut stores = location.stores(partitions, options).map_err(open_error)?;
+    block_on(async {
+        match location.open_admin(OpenMode::Existing).await {
+            Ok(admin) => report_audit(&admin, settings.metrics.as_ref()).await,
+            Err(e) => eprintln!("keyorder work: could not audit the queue's routing: {e}"),
+        }
+    })?;
+    start_auditor(location.clone(), settings.metrics.clone())?;
     match block_on(stores.bound_sessions())?.context("bounding the store's sessions")? {
         SessionBounding::ServerEnds(after) => eprintln!(
             "keyorder work: the server ends a session silent for {after:?}; a frozen or cut-off worker's partitions move after it"

@@ -25,7 +25,7 @@ pub(super) fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-fn psql(pg: &PgServer, db: &str, sql: &str) -> String {
+pub(super) fn psql(pg: &PgServer, db: &str, sql: &str) -> String {
     let out = Command::new("psql")
         .args([
             "-h",

@@ -18,3 +18,4 @@ mod metrics;
 mod online;
 mod ordering;
 mod poison;
+mod routing;

@@ -17,5 +17,6 @@ mod durability;
 mod endpoints;
 mod fixture;
 mod metrics;
+mod routing;
 mod sigstop;
 mod threads;
