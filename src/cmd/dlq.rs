@@ -43,7 +43,7 @@ enum DlqAction {
         id: i64,
         /// The partition count you expect: the event is routed with the count recorded in the
         /// database (and its pins), and nothing is done when this disagrees.
-        #[arg(long, value_parser = parse_count)]
+        #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
         partitions: Option<PartitionCount>,
         /// Confirm that delivering it after later events of its key is acceptable.
         #[arg(long)]

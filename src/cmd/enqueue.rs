@@ -21,7 +21,7 @@ pub struct EnqueueArgs {
     /// The partition count you expect: enqueue routes with the count recorded in the database
     /// (and its pins), and refuses to run when this disagrees. On a database with no count
     /// recorded yet, this count (default 16) is recorded.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     partitions: Option<PartitionCount>,
     /// Events per insert statement (one round trip each).
     #[arg(long, default_value_t = 5000)]

@@ -20,7 +20,7 @@ pub struct MigrateArgs {
     /// The partition count to record when none is recorded (default 16; for a queue that
     /// already holds rows, the count they were routed with, which is inferred when only one
     /// count fits). When one is recorded, this must agree with it.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     partitions: Option<PartitionCount>,
 }
 

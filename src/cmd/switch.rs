@@ -14,10 +14,10 @@ pub struct SwitchArgs {
     #[command(flatten)]
     db: Database,
     /// The partition count in force.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     from: PartitionCount,
     /// The partition count to switch to.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     to: PartitionCount,
     /// Confirm that every producer enqueues through `keyorder enqueue` (or writes the layout
     /// column from `keyorder_layout`): one that keeps routing with the old count splits keys.

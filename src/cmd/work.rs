@@ -28,7 +28,7 @@ pub struct WorkArgs {
     /// The partition count you expect: work leases the count recorded in the database and
     /// refuses to start when this disagrees. On a database with no count recorded yet, this
     /// count (default 16) is recorded.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     partitions: Option<PartitionCount>,
     /// This worker's name.
     #[arg(long, default_value = "worker")]

@@ -61,6 +61,12 @@ fn a_count_that_disagrees_with_the_database_is_refused_naming_both() {
             "{args:?}: {said}"
         );
     }
+    // Counts outside 1..=32767 are bad input too.
+    for bad in ["0", "40000", "-3", "many"] {
+        let out = keyorder(&dir.0, &["migrate", "--partitions", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out));
+        assert!(text(&out).contains("--partitions"), "{bad}: {}", text(&out));
+    }
     assert_eq!(layouts(&c), [(0, 64)], "nothing changed");
     let queued: i64 = c.query_row("SELECT count(*) FROM delivery_queue", [], |r| r.get(0)).unwrap();
     assert_eq!(queued, 200, "the refused enqueue inserted nothing");
