@@ -30,6 +30,32 @@ fn stdout(o: &Output) -> String {
 }
 
 #[test]
+fn a_reader_that_leaves_early_ends_it_quietly() {
+    // `keyorder route ... | head -1`: the pipe closes after one line; no error, no panic.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keyorder"))
+        .args(["route", "--partitions", "16"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the keyorder binary runs");
+    let mut pipe = child.stdin.take().expect("piped");
+    let feeder = std::thread::spawn(move || {
+        let keys: String = (0..400_000).map(|i| format!("sub_{i}\n")).collect();
+        let _ = pipe.write_all(keys.as_bytes());
+    });
+    let mut out = child.stdout.take().expect("piped");
+    let mut first = [0u8; 2];
+    std::io::Read::read_exact(&mut out, &mut first).expect("a first line");
+    drop(out);
+    let done = child.wait_with_output().expect("it exits");
+    feeder.join().expect("the feeder thread");
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(141), "{stderr}");
+    assert!(stderr.is_empty(), "nothing to report: {stderr}");
+}
+
+#[test]
 fn routes_like_the_python_formula() {
     // python3 -c 'import hashlib; [print(int.from_bytes(hashlib.blake2b(k, digest_size=8).digest(), "big") % 16) for k in (b"sub_42", b"sub_7")]'
     let out = route(&["--partitions", "16"], b"sub_42\nsub_7\n");
