@@ -34,6 +34,8 @@ fn small_sweep_has_no_violation_and_injects_every_fault() {
         "expired_takeover",
         "late_renewal",
         "clock_skew",
+        "pin",
+        "pin_under_load",
     ] {
         assert!(
             s.faults.get(kind).copied().unwrap_or(0) > 0,
