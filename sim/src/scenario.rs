@@ -530,7 +530,8 @@ impl Scenario {
     /// needs to show (a lease loss for an unfenced lease, a modulus change for a flip, a
     /// poison event for unbounded retry, two producers where keys must share them, a store
     /// restart with slow deliveries out for an always-clean hand-back, an expiry lease and
-    /// pauses past its expiry for an unfenced expiry lease). Without the switch the same
+    /// pauses past its expiry for an unfenced expiry lease, a slow whale pinned early for a pin
+    /// without barrier). Without the switch the same
     /// scenario is the correct design under the same faults.
     pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
         // Without the pin changes (and their whale) of issue #20, so each design runs as it did
