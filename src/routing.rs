@@ -412,6 +412,11 @@ impl Overrides {
         self
     }
 
+    /// Removes the pin of `key` (it routes by the hash again); the partition it was pinned to.
+    pub fn unpin(&mut self, key: &str) -> Option<PartitionId> {
+        self.0.remove(key)
+    }
+
     /// The pin of `key`, if any.
     pub fn lookup(&self, key: &str) -> Option<PartitionId> {
         self.0.get(key).copied()
@@ -650,5 +655,8 @@ mod tests {
         let mut out = Vec::new();
         plain.route_many(&["sub_42", "sub_7"], &mut out);
         assert_eq!(out, vec![PartitionId(2), PartitionId(10)]);
+        assert_eq!(pins.unpin("whale"), Some(PartitionId(5)));
+        assert_eq!(pins.unpin("whale"), None, "an unpinned key has no pin to remove");
+        assert_eq!((pins.len(), pins.lookup("whale")), (1, None));
     }
 }

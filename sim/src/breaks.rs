@@ -41,11 +41,15 @@ pub enum Break {
     /// A failing head is skipped while it backs off, but its key is not parked: the head read
     /// serves the same key's later events before it.
     SkipWithoutParking,
+    /// A key pin (a whale moved to a partition of its own) takes effect at once, under the same
+    /// layout epoch, while the key still has rows queued on its old partition: no barrier holds
+    /// its new rows behind the old ones.
+    PinWithoutBarrier,
 }
 
 impl Break {
     /// Every entry, in catalogue order.
-    pub const ALL: [Break; 11] = [
+    pub const ALL: [Break; 12] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -57,12 +61,15 @@ impl Break {
         Break::HandoverAlwaysClean,
         Break::UnfencedExpiry,
         Break::SkipWithoutParking,
+        Break::PinWithoutBarrier,
     ];
 
     /// The violation the checker must report when this design runs.
     pub fn expected(self) -> Kind {
         match self {
-            Break::RandomHash | Break::FlipWithoutDrain => Kind::SplitKey,
+            Break::RandomHash | Break::FlipWithoutDrain | Break::PinWithoutBarrier => {
+                Kind::SplitKey
+            }
             Break::TwoReaders
             | Break::UnfencedLease
             | Break::ParallelInPartition
@@ -89,6 +96,7 @@ impl Break {
             Break::HandoverAlwaysClean => "handover-always-clean",
             Break::UnfencedExpiry => "unfenced-expiry",
             Break::SkipWithoutParking => "skip-without-parking",
+            Break::PinWithoutBarrier => "pin-without-barrier",
         }
     }
 }

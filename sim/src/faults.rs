@@ -1,11 +1,12 @@
 //! Fault injection: the scenario's faults, expanded into driver actions that run between
-//! `sim.step()` calls, plus the drain-and-switch procedure for a modulus change.
+//! `sim.step()` calls, plus the drain-and-switch procedure for a modulus change and pin changes
+//! (a new layout epoch with the count unchanged).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use keyorder::repartition::consumer_count;
-use keyorder::PartitionCount;
+use keyorder::{PartitionCount, PartitionId};
 
 use crate::control::SharedControl;
 use crate::hosts::store::SharedStore;
@@ -29,6 +30,8 @@ enum Step {
     Resume(String),
     Late(String, Duration),
     OnTime(String),
+    /// Pin a key to a partition, or unpin it.
+    Pin(String, Option<u16>),
 }
 
 /// What a drain-and-switch did, for reports.
@@ -53,6 +56,9 @@ pub struct SwitchReport {
 struct Migration {
     from: u16,
     to: u16,
+    /// The layout epoch the change began: it ends once no row older than this is left (a pin
+    /// change meanwhile bumps the epoch again, and its old rows are no concern of the change).
+    layout: u64,
     started: Duration,
 }
 
@@ -108,6 +114,9 @@ impl FaultRunner {
                         at + Duration::from_millis(*for_ms),
                         Step::Resume(worker_name(*worker)),
                     ));
+                }
+                FaultKind::Pin { key, partition } => {
+                    due.push((at, Step::Pin(key.clone(), *partition)));
                 }
                 FaultKind::LateRenewals { worker, extra_ms, for_ms } => {
                     let late = Duration::from_millis(*extra_ms);
@@ -227,8 +236,14 @@ impl FaultRunner {
                 let Ok(target) = PartitionCount::new(i64::from(to)) else { return };
                 rec.log(t, "driver", format_args!("online switch {from} -> {to}: producers route with {to} now; workers lease {} until old rows are gone", consumer_count(from, target, true)));
                 rec.fault("repartition");
-                world.control.borrow_mut().switch(target, consumer_count(from, target, true));
-                self.migration = Some(Migration { from: from.get(), to, started: now });
+                let mut control = world.control.borrow_mut();
+                control.switch(target, consumer_count(from, target, true));
+                let layout = control.layout;
+                self.migration = Some(Migration { from: from.get(), to, layout, started: now });
+            }
+            Step::Pin(key, partition) => {
+                drop(rec);
+                self.pin(now, &key, partition.map(PartitionId), world);
             }
             Step::Repartition(to) => {
                 let from = world.control.borrow().count.get();
@@ -250,7 +265,7 @@ impl FaultRunner {
     /// lease under the new count alone.
     fn advance_migration(&mut self, now: Duration, world: &World) {
         let Some(m) = &self.migration else { return };
-        let layout = world.control.borrow().layout;
+        let layout = m.layout;
         let store = world.store.borrow();
         if store.durable.has_rows_older_than(layout) || store.has_uncommitted_older_than(layout) {
             return;
@@ -276,6 +291,47 @@ impl FaultRunner {
             procedure: Procedure::Online,
         });
         self.migration = None;
+    }
+
+    /// Pins `key` to `partition` (or unpins it) under a new layout epoch, with the count and the
+    /// workers' count unchanged; `pin-without-barrier` changes the pin under the same epoch.
+    /// Counts `pin_under_load` when the key still has rows queued or open, the case the
+    /// barrier exists for.
+    fn pin(&self, now: Duration, key: &str, partition: Option<PartitionId>, world: &World) {
+        let t = keyorder::Time(now);
+        let queued = world.store.borrow().partitions_of(key);
+        let mut rec = world.rec.borrow_mut();
+        rec.fault("pin");
+        if !queued.is_empty() {
+            rec.fault("pin_under_load");
+        }
+        let mut control = world.control.borrow_mut();
+        let to = partition.map_or_else(|| "its hash".to_owned(), |p| format!("p{p}"));
+        let queued: Vec<String> = queued.iter().map(|p| format!("p{p}")).collect();
+        if world.pin_without_barrier {
+            control.repin_in_place(key, partition);
+            rec.log(
+                t,
+                "driver",
+                format_args!(
+                    "pin {key} to {to} WITHOUT a new layout (layout {}; queued on [{}])",
+                    control.layout,
+                    queued.join(", ")
+                ),
+            );
+        } else {
+            control.set_pin(key, partition);
+            rec.log(
+                t,
+                "driver",
+                format_args!(
+                    "pin {key} to {to}: layout {}, count {} unchanged; queued on [{}]",
+                    control.layout,
+                    control.count,
+                    queued.join(", ")
+                ),
+            );
+        }
     }
 
     fn advance_switch(&mut self, now: Duration, world: &World) {
@@ -347,6 +403,9 @@ pub struct World {
     pub flip_without_drain: bool,
     /// How a modulus change is carried out.
     pub procedure: Procedure,
+    /// `pin-without-barrier`: a pin change keeps the layout epoch, so no barrier holds the
+    /// pinned key's new rows.
+    pub pin_without_barrier: bool,
 }
 
 /// A worker host's name.

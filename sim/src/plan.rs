@@ -94,7 +94,9 @@ pub fn plan_scenario(
     seed: u64,
     procedure: Procedure,
 ) -> Scenario {
-    let mut s = Scenario::generate(Size::Medium, seed);
+    // Without pin changes: a plan judges a change of count alone (and a pin may not exist
+    // under the plan's counts).
+    let mut s = Scenario::generate_without_pins(Size::Medium, seed);
     s.partitions = from.get();
     if let Some(keys) = keys {
         let behaviours: Vec<_> = s.keys.iter().map(|k| k.endpoint.clone()).collect();

@@ -91,6 +91,7 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
         flip_without_drain: scenario.has(Break::FlipWithoutDrain)
             || scenario.procedure == Procedure::FlipWithoutDrain,
         procedure: scenario.procedure,
+        pin_without_barrier: scenario.has(Break::PinWithoutBarrier),
     };
     world.store.borrow_mut().durable.breaks = StoreBreaks {
         shared_locks: scenario.has(Break::TwoReaders),
@@ -101,7 +102,10 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
     };
     world.store.borrow_mut().durable.expiry =
         scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms));
-    world.store.borrow_mut().durable.barrier = scenario.procedure == Procedure::Online;
+    // The per-key barrier is the store's, as in production: it holds a row only while its key
+    // has rows of an older layout, which only an online change or a pin change leaves behind
+    // (drain-and-switch flips an empty queue). The unsafe flip is the one design without it.
+    world.store.borrow_mut().durable.barrier = !world.flip_without_drain;
     let mut sim = turmoil::Builder::new()
         .rng_seed(rng.random())
         .tick_duration(TICK)

@@ -160,6 +160,14 @@ pub enum FaultKind {
         /// How long renewals stay late.
         for_ms: u64,
     },
+    /// An operator pins `key` (a whale tenant) to `partition`, or unpins it (`None`: it routes
+    /// by the hash again), while producers run: a new layout epoch with the count unchanged.
+    Pin {
+        /// The key.
+        key: String,
+        /// Its partition from now on; below every count the scenario uses.
+        partition: Option<u16>,
+    },
 }
 
 impl FaultKind {
@@ -177,6 +185,7 @@ impl FaultKind {
             FaultKind::Repartition { .. } => "repartition",
             FaultKind::Pause { .. } => "pause",
             FaultKind::LateRenewals { .. } => "late_renewal",
+            FaultKind::Pin { .. } => "pin",
         }
     }
 }
@@ -361,10 +370,44 @@ impl Scenario {
                 _ => {}
             }
         }
+        self.validate_pins()?;
         if self.duration_ms <= self.load_ms {
             return invalid("duration_ms", "must exceed load_ms");
         }
         Ok(())
+    }
+
+    /// Pins name keys of the scenario and partitions that exist under every count it uses
+    /// (the first and each repartition target), so a change of count never strands a pin.
+    fn validate_pins(&self) -> Result<(), ScenarioError> {
+        let smallest = self.smallest_count();
+        for f in &self.faults {
+            let FaultKind::Pin { key, partition } = &f.kind else { continue };
+            if !self.keys.iter().any(|k| k.key == *key) {
+                return Err(ScenarioError::Invalid {
+                    field: "faults",
+                    rule: format!("a pin names key {key:?}, which the scenario does not have"),
+                });
+            }
+            if partition.is_some_and(|p| p >= smallest) {
+                return Err(ScenarioError::Invalid {
+                    field: "faults",
+                    rule: format!("a pin must be below every partition count used ({smallest})"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The smallest partition count the scenario uses: the first or a repartition target.
+    pub fn smallest_count(&self) -> u16 {
+        self.faults
+            .iter()
+            .filter_map(|f| match f.kind {
+                FaultKind::Repartition { to } => Some(to),
+                _ => None,
+            })
+            .fold(self.partitions, u16::min)
     }
 
     /// The session liveness bound this scenario runs under: the store's detection as the
@@ -443,6 +486,18 @@ impl Scenario {
 
     /// A random scenario of `size`, drawn from `seed`.
     pub fn generate(size: Size, seed: u64) -> Scenario {
+        let mut scenario = Scenario::generate_without_pins(size, seed);
+        // Pin changes (issue #20) come from a generator of their own, drawn last: a seed
+        // without one is the scenario it was before pins existed.
+        let mut pin_rng = StdRng::seed_from_u64(seed ^ PIN_STREAM);
+        if pin_rng.random_bool(PIN_SHARE) {
+            pin_changes(&mut pin_rng, &mut scenario, false);
+        }
+        scenario
+    }
+
+    /// [`Scenario::generate`] before its pin changes are drawn.
+    pub(crate) fn generate_without_pins(size: Size, seed: u64) -> Scenario {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5C3A_A10E);
         let (partitions, workers, producers, keys, events, load_ms) = match size {
             Size::Small => (4u16, 2usize, 1usize, 8usize, 12u32, 1_000u64),
@@ -475,10 +530,13 @@ impl Scenario {
     /// needs to show (a lease loss for an unfenced lease, a modulus change for a flip, a
     /// poison event for unbounded retry, two producers where keys must share them, a store
     /// restart with slow deliveries out for an always-clean hand-back, an expiry lease and
-    /// pauses past its expiry for an unfenced expiry lease). Without the switch the same
+    /// pauses past its expiry for an unfenced expiry lease, a slow whale pinned early for a pin
+    /// without barrier). Without the switch the same
     /// scenario is the correct design under the same faults.
     pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
-        let mut s = Scenario::generate(size, seed);
+        // Without the pin changes (and their whale) of issue #20, so each design runs as it did
+        // before pins existed; `pin-without-barrier` adds its own below.
+        let mut s = Scenario::generate_without_pins(size, seed);
         let mut rng = StdRng::seed_from_u64(seed ^ 0xB7EA_C0DE);
         let mid = s.load_ms / 2;
         // Every other design is about session locks (or about no lease at all): it runs on the
@@ -558,6 +616,13 @@ impl Scenario {
                 s.keys[k].endpoint.retry_after_ms = Some(100);
                 s.keys[k].endpoint.poison.clear();
             }
+            Break::PinWithoutBarrier => {
+                // A pin change while the whale has rows queued on its old partition, every
+                // time: early in the load, no change of count to move the key first, and the
+                // whale's endpoint slow enough that its backlog never empties.
+                s.faults.retain(|f| !matches!(f.kind, FaultKind::Repartition { .. }));
+                pin_changes(&mut rng, &mut s, true);
+            }
             Break::TwoReaders | Break::ParallelInPartition => {}
         }
         s.faults.sort_by_key(|f| f.at_ms);
@@ -627,6 +692,61 @@ fn unfenced_expiry_trigger(rng: &mut StdRng, s: &mut Scenario) {
     }
     s.load_ms = s.load_ms.max(at_ms + 1_000);
     s.duration_ms = s.load_ms + 30_000;
+}
+
+/// The seed of the pin-change generator is the scenario's seed XOR this.
+const PIN_STREAM: u64 = 0x0091_4E5C_4A4E;
+/// The share of generated scenarios with a pin change.
+const PIN_SHARE: f64 = 0.4;
+
+/// A pin change under load (issue #20): the heaviest key becomes a whale (three times its
+/// events, an endpoint slow enough that it often carries a backlog: each answer takes one to
+/// two of its mean gaps between events) and is pinned to another partition in the middle of the
+/// load; half the time it is unpinned or pinned elsewhere later. `forced` (the
+/// `pin-without-barrier` trigger) pins it once, early, with an endpoint that answers in half the
+/// delivery timeout, several gaps at every size: its backlog grows from the start, so rows of it
+/// are always queued on the old partition when the new one gets its first.
+fn pin_changes(rng: &mut StdRng, s: &mut Scenario, forced: bool) {
+    let smallest = s.smallest_count();
+    let Some(i) = (0..s.keys.len()).max_by_key(|i| (s.keys[*i].events, std::cmp::Reverse(*i)))
+    else {
+        return;
+    };
+    if smallest < 2 {
+        return;
+    }
+    let whale = &mut s.keys[i];
+    whale.events *= 3;
+    let gap = (s.load_ms / u64::from(whale.events)).max(1);
+    // Well below the delivery timeout, or answers would time out.
+    let cap = s.delivery_timeout_ms / 2;
+    whale.endpoint.latency_ms =
+        if forced { cap } else { rng.random_range(gap.min(cap)..=(2 * gap).min(cap)) };
+    let key = whale.key.clone();
+    let home = PartitionCount::new(i64::from(s.partitions))
+        .map_or(0, |count| keyorder::partition_for(&key, count).0);
+    let elsewhere = |rng: &mut StdRng, from: u16| {
+        let p = rng.random_range(0..smallest);
+        if p == from {
+            (p + 1) % smallest
+        } else {
+            p
+        }
+    };
+    let first = elsewhere(rng, home);
+    let at_ms = if forced {
+        rng.random_range(s.load_ms / 4..s.load_ms / 2)
+    } else {
+        rng.random_range(s.load_ms / 4..s.load_ms * 3 / 4)
+    };
+    s.faults
+        .push(Fault { at_ms, kind: FaultKind::Pin { key: key.clone(), partition: Some(first) } });
+    if !forced && rng.random_bool(0.5) {
+        let later = at_ms + rng.random_range(s.load_ms / 8..=s.load_ms / 2);
+        let partition = rng.random_bool(0.5).then(|| elsewhere(rng, first));
+        s.faults.push(Fault { at_ms: later, kind: FaultKind::Pin { key, partition } });
+    }
+    s.faults.sort_by_key(|f| f.at_ms);
 }
 
 fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {
@@ -714,6 +834,55 @@ mod tests {
         s.rebalance_ms = 2_300;
         let err = s.validate().unwrap_err().to_string();
         assert!(err.contains("longest quiet period"), "{err}");
+    }
+
+    #[test]
+    fn some_seeds_pin_their_heaviest_key_and_the_others_are_unchanged() {
+        let mut pinned = 0;
+        for seed in 0..20 {
+            let s = Scenario::generate(Size::Small, seed);
+            let plain = Scenario::generate_without_pins(Size::Small, seed);
+            let pins: Vec<_> =
+                s.faults.iter().filter(|f| matches!(f.kind, FaultKind::Pin { .. })).collect();
+            if pins.is_empty() {
+                assert_eq!(s, plain, "seed {seed}: no pin, so the scenario of before pins");
+                continue;
+            }
+            pinned += 1;
+            assert!(pins.len() <= 2, "seed {seed}: a pin and at most one change of it");
+            let FaultKind::Pin { key, .. } = &pins[0].kind else { unreachable!() };
+            let whale = s.keys.iter().find(|k| k.key == *key).expect("a key of the scenario");
+            assert!(s.keys.iter().all(|k| k.events <= whale.events), "seed {seed}: the heaviest");
+        }
+        assert!(pinned > 0, "no small seed of 20 pins a key");
+        // A broken design runs as it did before pins, except the one about pins.
+        let b = Scenario::generate_broken(Size::Small, 1, Break::PinWithoutBarrier);
+        assert_eq!(b.faults.iter().filter(|f| matches!(f.kind, FaultKind::Pin { .. })).count(), 1);
+        let other = Scenario::generate_broken(Size::Small, 1, Break::TwoReaders);
+        assert!(other.faults.iter().all(|f| !matches!(f.kind, FaultKind::Pin { .. })));
+    }
+
+    #[test]
+    fn a_pin_must_name_a_key_and_exist_under_every_count() {
+        let mut s = Scenario::generate_without_pins(Size::Small, 1);
+        s.faults = vec![Fault { at_ms: 10, kind: FaultKind::Repartition { to: 2 } }];
+        let key = s.keys[0].key.clone();
+        let pin =
+            |partition| Fault { at_ms: 20, kind: FaultKind::Pin { key: key.clone(), partition } };
+        s.faults.push(pin(Some(1)));
+        s.validate().expect("partition 1 exists under 4 and 2");
+        s.faults.push(pin(None));
+        s.validate().expect("an unpin is always valid");
+        s.faults.push(pin(Some(3)));
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("below every partition count used (2)"), "{err}");
+        s.faults.pop();
+        s.faults.push(Fault {
+            at_ms: 30,
+            kind: FaultKind::Pin { key: "nobody".into(), partition: None },
+        });
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("\"nobody\""), "{err}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The producer host: enqueues its keys' events at their planned times, routing each with its
-//! own routing configuration, in one transaction per event (insert, commit latency, commit).
+//! own routing under the configuration in force (a pinned key to its pin, any other by its hash
+//! under the count), in one transaction per event (insert, commit latency, commit).
 //! One producer owns each key and enqueues its events one after another, so a key's seq order
 //! is its commit order. A producer honours the pause switch between events.
 //!
@@ -193,11 +194,13 @@ impl ProducerHost {
                 Err(_) => return Enqueued::Retry,
             },
         };
-        let (count, layout) = {
+        // Count, pins and their layout epoch are read together: a row's layout always names
+        // the routing it was routed with.
+        let (count, pin, layout) = {
             let control = self.control.borrow();
-            (control.count, control.layout)
+            (control.count, control.pin_of(&event.key), control.layout)
         };
-        let partition = self.routing.route(&event.key, count);
+        let partition = pin.unwrap_or_else(|| self.routing.route(&event.key, count));
         let insert = StoreRequest::Insert {
             event_id: event.event_id.clone(),
             key: event.key.clone(),

@@ -195,6 +195,13 @@ impl StoreState {
         self.durable.rows.values().map(|r| r.origin).collect()
     }
 
+    /// The partitions with rows of `key` queued, or open in a transaction.
+    pub fn partitions_of(&self, key: &str) -> BTreeSet<PartitionId> {
+        let queued = self.durable.rows.iter().map(|((p, _), row)| (*p, row));
+        let open = self.volatile.uncommitted.values().map(|(_, p, row)| (*p, row));
+        queued.chain(open).filter(|(_, row)| row.key == key).map(|(p, _)| p).collect()
+    }
+
     /// Keys with queued rows on more than one partition.
     pub fn split_keys(&self) -> Vec<String> {
         let mut seen: BTreeMap<&str, BTreeSet<PartitionId>> = BTreeMap::new();

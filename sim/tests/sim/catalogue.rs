@@ -110,3 +110,8 @@ fn an_unfenced_expiry_lease_is_caught_as_concurrent() {
 fn skip_without_parking_is_caught_as_reorder() {
     check(Break::SkipWithoutParking);
 }
+
+#[test]
+fn a_pin_without_barrier_is_caught_as_split_key() {
+    check(Break::PinWithoutBarrier);
+}

@@ -2,8 +2,9 @@
 //! the faults really happened (a sweep that injects nothing proves nothing).
 
 use keyorder::check::Kind;
+use keyorder_sim::scenario::{FaultKind, Procedure};
 use keyorder_sim::sweep::{sweep, Summary};
-use keyorder_sim::{Scenario, Size};
+use keyorder_sim::{run, Scenario, Size};
 
 fn summary(size: Size, seeds: std::ops::Range<u64>) -> Summary {
     let seeds: Vec<u64> = seeds.collect();
@@ -34,6 +35,8 @@ fn small_sweep_has_no_violation_and_injects_every_fault() {
         "expired_takeover",
         "late_renewal",
         "clock_skew",
+        "pin",
+        "pin_under_load",
     ] {
         assert!(
             s.faults.get(kind).copied().unwrap_or(0) > 0,
@@ -50,4 +53,33 @@ fn medium_sweep_has_no_violation() {
     let s = summary(Size::Medium, 1000..1006);
     assert_eq!(s.violation_total(), 0, "failed seeds {:?}: {:?}", s.failed_seeds, s.violations);
     assert!(s.events >= 6 * 2000);
+}
+
+#[test]
+fn a_pin_change_during_an_online_change_of_count_passes() {
+    // Seeds with a change of count and a pin, run with the online procedure and the pin moved
+    // into the change (its old rows still queued): both epochs' barriers hold at once, and the
+    // change ends only once the rows older than its own epoch are gone.
+    let mut ran = 0;
+    for seed in 0..200 {
+        let mut s = Scenario::generate(Size::Small, seed);
+        let Some(change) =
+            s.faults.iter().find(|f| matches!(f.kind, FaultKind::Repartition { .. })).cloned()
+        else {
+            continue;
+        };
+        let Some(pin) = s.faults.iter_mut().find(|f| matches!(f.kind, FaultKind::Pin { .. }))
+        else {
+            continue;
+        };
+        pin.at_ms = change.at_ms + 20;
+        s.faults.sort_by_key(|f| f.at_ms);
+        s.procedure = Procedure::Online;
+        let outcome = run(&s, seed, false).expect("runs");
+        assert!(outcome.verdict.is_ok(), "seed {seed}:\n{}", outcome.verdict);
+        assert!(outcome.quiesced, "seed {seed}: not drained");
+        assert!(outcome.switches.iter().all(|r| r.switched), "seed {seed}: {:?}", outcome.switches);
+        ran += 1;
+    }
+    assert!(ran >= 5, "only {ran} small seeds of 200 change both count and a pin");
 }
