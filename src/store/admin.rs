@@ -243,6 +243,22 @@ pub struct Layout {
     pub partitions: u16,
 }
 
+/// A recorded partition count as the stores read it, or why it is unusable.
+pub(crate) fn recorded_count(n: i64) -> Result<PartitionCount, StoreError> {
+    PartitionCount::new(n)
+        .map_err(|e| StoreError::Refused { operation: "read the layout", reason: e.to_string() })
+}
+
+/// Why `operation` cannot run: no layout is recorded.
+pub(crate) fn no_layout(operation: &'static str) -> StoreError {
+    StoreError::Refused {
+        operation,
+        reason:
+            "no partition count is recorded in this database: run `keyorder migrate --partitions N`"
+                .into(),
+    }
+}
+
 /// What [`Admin::change_pin`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct PinChange {

@@ -6,23 +6,8 @@ use tokio_postgres::{Client, GenericClient};
 use crate::ids::PartitionId;
 use crate::layout::{LayoutRecord, PinSpan, Placement, RoutingState};
 use crate::routing::{Overrides, PartitionCount, Router};
-use crate::store::admin::PinChange;
+use crate::store::admin::{no_layout, recorded_count, PinChange};
 use crate::store::StoreError;
-
-fn count_of(n: i16) -> Result<PartitionCount, StoreError> {
-    PartitionCount::new(i64::from(n))
-        .map_err(|e| StoreError::Refused { operation: "read the layout", reason: e.to_string() })
-}
-
-/// Why `operation` cannot run: no layout is recorded.
-pub(crate) fn no_layout(operation: &'static str) -> StoreError {
-    StoreError::Refused {
-        operation,
-        reason:
-            "no partition count is recorded in this database: run `keyorder migrate --partitions N`"
-                .into(),
-    }
-}
 
 /// In a producing transaction: the layout in force (read `FOR SHARE`, so a switch or pin
 /// change waits for the transaction) and the router of it with the pins in force. Marks the
@@ -40,7 +25,7 @@ pub(crate) async fn router_in(
         )
         .await?
         .ok_or_else(|| no_layout(operation))?;
-    let (epoch, count) = (row.get::<_, i32>(0), count_of(row.get(1))?);
+    let (epoch, count) = (row.get::<_, i32>(0), recorded_count(i64::from(row.get::<_, i16>(1)))?);
     let mut pins = Overrides::new();
     for r in tx
         .query("SELECT partition_key, partition FROM keyorder_pin WHERE until_epoch IS NULL", &[])
@@ -70,7 +55,10 @@ pub async fn record(client: &Client, count: PartitionCount) -> Result<LayoutReco
 pub async fn state(client: &Client) -> Result<RoutingState, StoreError> {
     let mut layouts = Vec::new();
     for r in client.query("SELECT epoch, partitions FROM keyorder_layout ORDER BY 1", &[]).await? {
-        layouts.push(LayoutRecord { epoch: r.get(0), partitions: count_of(r.get(1))? });
+        layouts.push(LayoutRecord {
+            epoch: r.get(0),
+            partitions: recorded_count(i64::from(r.get::<_, i16>(1)))?,
+        });
     }
     let pins = client
         .query(
@@ -118,7 +106,7 @@ pub async fn change_pin(
         .query_opt("SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1", &[])
         .await?
         .ok_or_else(|| no_layout("pin"))?;
-    let (epoch, count) = (row.get::<_, i32>(0), count_of(row.get(1))?);
+    let (epoch, count) = (row.get::<_, i32>(0), recorded_count(i64::from(row.get::<_, i16>(1)))?);
     crate::layout::check_pin(key, partition, count)
         .map_err(|reason| StoreError::Refused { operation: "pin", reason })?;
     let previous = tx

@@ -6,23 +6,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use crate::ids::PartitionId;
 use crate::layout::{LayoutRecord, PinSpan, Placement, RoutingState};
 use crate::routing::{Overrides, PartitionCount, Router};
-use crate::store::admin::PinChange;
+use crate::store::admin::{no_layout, recorded_count, PinChange};
 use crate::store::StoreError;
-
-fn count_of(n: i64) -> Result<PartitionCount, StoreError> {
-    PartitionCount::new(n)
-        .map_err(|e| StoreError::Refused { operation: "read the layout", reason: e.to_string() })
-}
-
-/// Why `operation` cannot run: no layout is recorded.
-pub(crate) fn no_layout(operation: &'static str) -> StoreError {
-    StoreError::Refused {
-        operation,
-        reason:
-            "no partition count is recorded in this database: run `keyorder migrate --partitions N`"
-                .into(),
-    }
-}
 
 /// In a producing transaction (which holds the write lock): the layout in force and the
 /// router of it with the pins in force.
@@ -47,7 +32,7 @@ pub(crate) fn router_in(
         let (key, p) = row?;
         pins.pin(key, PartitionId(p as u16));
     }
-    let router = Router::with_overrides(count_of(count)?, pins)
+    let router = Router::with_overrides(recorded_count(count)?, pins)
         .map_err(|e| StoreError::Refused { operation, reason: e.to_string() })?;
     Ok((epoch, router))
 }
@@ -68,7 +53,7 @@ pub fn state(c: &Connection) -> Result<RoutingState, StoreError> {
     let mut stmt = c.prepare("SELECT epoch, partitions FROM keyorder_layout ORDER BY 1")?;
     for row in stmt.query_map([], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)?)))? {
         let (epoch, n) = row?;
-        layouts.push(LayoutRecord { epoch, partitions: count_of(n)? });
+        layouts.push(LayoutRecord { epoch, partitions: recorded_count(n)? });
     }
     let mut stmt = c.prepare(
         "SELECT partition_key, partition, from_epoch, until_epoch FROM keyorder_pin ORDER BY 1, 3",
@@ -114,7 +99,7 @@ pub fn change_pin(
         )
         .optional()?
         .ok_or_else(|| no_layout("pin"))?;
-    let count = count_of(count)?;
+    let count = recorded_count(count)?;
     crate::layout::check_pin(key, partition, count)
         .map_err(|reason| StoreError::Refused { operation: "pin", reason })?;
     let previous = tx
