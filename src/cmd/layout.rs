@@ -37,7 +37,7 @@ pub async fn resolve(
     admin: &mut impl Admin,
     asserted: Option<PartitionCount>,
 ) -> anyhow::Result<Resolved> {
-    resolve_with(admin, asserted, false).await
+    resolve_with(admin, asserted, false, "--partitions").await
 }
 
 /// [`resolve`]; with `accept_misplaced`, the count is recorded even when queued rows were
@@ -47,9 +47,10 @@ pub async fn resolve_with(
     admin: &mut impl Admin,
     asserted: Option<PartitionCount>,
     accept_misplaced: bool,
+    flag: &str,
 ) -> anyhow::Result<Resolved> {
     if let Some(current) = admin.routing_state().await?.current() {
-        agree(current, asserted)?;
+        agree(current, asserted, flag)?;
         return Ok(Resolved::Recorded(current));
     }
     let count = match asserted {
@@ -71,7 +72,7 @@ pub async fn resolve_with(
         }
     }
     let recorded = admin.record_layout(count).await?;
-    agree(recorded, asserted)?;
+    agree(recorded, asserted, flag)?;
     Ok(Resolved::RecordedNow(recorded))
 }
 
@@ -91,11 +92,15 @@ pub fn inferred_hint(rows: &[(String, i16)]) -> String {
 }
 
 /// Refuses an asserted count that is not the recorded one.
-fn agree(recorded: LayoutRecord, asserted: Option<PartitionCount>) -> anyhow::Result<()> {
+fn agree(
+    recorded: LayoutRecord,
+    asserted: Option<PartitionCount>,
+    flag: &str,
+) -> anyhow::Result<()> {
     match asserted {
         Some(a) if a != recorded.partitions => Err(BadInput(format!(
-            "--partitions {a} disagrees with the database: it records {} partitions (layout {}). \
-             Drop --partitions to use the recorded count; only `keyorder switch --from {} --to {a}` changes it",
+            "{flag} {a} disagrees with the database: it records {} partitions (layout {}). \
+             Drop {flag} to use the recorded count; only `keyorder switch --from {} --to {a}` changes it",
             recorded.partitions, recorded.epoch, recorded.partitions
         ))
         .into()),

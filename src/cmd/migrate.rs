@@ -39,7 +39,7 @@ pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
             (None, None) => Some(inferred(&admin).await?),
             (_, given) => given,
         };
-        match resolve_with(&mut admin, asserted, args.partitions.is_some()).await? {
+        match resolve_with(&mut admin, asserted, args.partitions.is_some(), "--partitions").await? {
             Resolved::Recorded(l) => {
                 println!("partition count: {} (layout {}), as recorded", l.partitions, l.epoch)
             }

@@ -13,9 +13,10 @@ use super::runtime::{block_on, parse_count, Database};
 pub struct SwitchArgs {
     #[command(flatten)]
     db: Database,
-    /// The partition count in force.
+    /// The partition count in force, as a check: the switch starts from the count the database
+    /// records, and refuses when this disagrees.
     #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
-    from: PartitionCount,
+    from: Option<PartitionCount>,
     /// The partition count to switch to.
     #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     to: PartitionCount,
@@ -36,8 +37,18 @@ pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
     }
     block_on(async {
         let mut client = args.db.admin(OpenMode::Existing).await?;
+        let from = super::layout::resolve_with(&mut client, args.from, false, "--from")
+            .await?
+            .layout()
+            .partitions;
+        if from == args.to {
+            return Err(BadInput(format!(
+                "the database records {from} partitions already: nothing to switch"
+            ))
+            .into());
+        }
         let layout = client
-            .switch_online(args.from, args.to)
+            .switch_online(from, args.to)
             .await
             .map_err(|e| BadInput(format!("switch refused: {e}")))?;
         println!(
@@ -45,7 +56,7 @@ pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
              rows of the old layout are gone; each moving key waits for its old partition (no write pause)",
             layout.epoch,
             args.to,
-            args.from.max(args.to)
+            from.max(args.to)
         );
         Ok(())
     })?

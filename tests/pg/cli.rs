@@ -160,7 +160,15 @@ fn an_online_switch_needs_consent_and_the_count_in_force() {
         "",
     );
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).contains("the count in force is 32"), "{}", text(&o));
+    assert!(
+        text(&o).contains("--from 16 disagrees") && text(&o).contains("records 32 partitions"),
+        "{}",
+        text(&o)
+    );
+    // Without --from the switch starts from the recorded count.
+    let o = keyorder(&["switch", "--database", &url, "--to", "64", "--producers-follow"], "");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("layout 2 in force"), "{}", text(&o));
 }
 
 #[test]
