@@ -95,7 +95,7 @@ pub enum DeliverError {
         /// The address refused.
         ip: std::net::IpAddr,
         /// The rule that refused it.
-        rule: crate::http::Rule,
+        rule: crate::address_policy::Rule,
     },
 }
 

@@ -15,6 +15,7 @@
 //! The drivers (the async worker, the PostgreSQL and SQLite stores, the simulation) feed the
 //! machines inputs and carry out their actions; see [`drain::Drain`] for the call order.
 
+pub mod address_policy;
 pub mod check;
 pub mod clock;
 pub mod deliver;

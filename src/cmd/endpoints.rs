@@ -5,8 +5,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use clap::{Args, Subcommand};
+use keyorder::address_policy::{AddressPolicy, Cidr, Verdict};
 use keyorder::endpoints::{EndpointRow, SecretRef};
-use keyorder::http::{AddressPolicy, Cidr, Target, Verdict};
+use keyorder::http::Target;
 use keyorder::store::admin::Admin;
 use keyorder::store::open::OpenMode;
 

@@ -16,9 +16,9 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::policy::{AddressPolicy, Verdict};
 use super::target::Target;
 use super::tls::TlsConfig;
+use crate::address_policy::{AddressPolicy, Verdict};
 use crate::deliver::DeliverError;
 
 /// The connection's state machine; it must be polled for the request and reply to progress.

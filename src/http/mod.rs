@@ -17,7 +17,7 @@
 //!   `-Attempt`, and the Standard Webhooks `webhook-id` (the event id). With a [`Signing`] key
 //!   also `webhook-timestamp` and `webhook-signature` (see [`sign`]); without one, neither.
 //!
-//! - **The address policy** ([`policy`]), when [`HttpOptions::policy`] is set: the host is
+//! - **The address policy** ([`crate::address_policy`]), when [`HttpOptions::policy`] is set: the host is
 //!   resolved once per connection, every address checked, and only a checked address is
 //!   connected to; a refusal is [`DeliverError::Refused`], and no connection is made.
 //!
@@ -39,13 +39,13 @@ use crate::drain::Head;
 use crate::ids::PartitionId;
 
 mod conn;
-pub mod policy;
 mod routed;
+pub mod serve;
 pub mod sign;
 mod target;
 mod tls;
 
-pub use policy::{AddressPolicy, Cidr, CidrError, Rule, Verdict};
+use crate::address_policy::AddressPolicy;
 pub use routed::{EndpointDirectory, EndpointSpec, RoutedDeliverer};
 pub use sign::{SecretError, Signing, SigningKey, SigningKeys};
 pub use target::{Scheme, Target, UrlError};

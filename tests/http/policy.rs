@@ -3,8 +3,9 @@
 //! resolved to, connects to an allowed address with keep-alive reuse intact, and a deliverer
 //! without a policy (the operator's --deliver) is not checked.
 
+use keyorder::address_policy::AddressPolicy;
 use keyorder::deliver::DeliverError;
-use keyorder::http::{AddressPolicy, HttpOptions};
+use keyorder::http::HttpOptions;
 
 use super::server::{deliver, deliverer, hyper_server};
 
