@@ -1,4 +1,5 @@
-//! `keyorder work --metrics-addr HOST:PORT`: a hyper HTTP/1.1 server on a thread of its own
+//! `keyorder work --metrics-addr HOST:PORT`: an HTTP/1.1 server ([`keyorder::http::serve`]) on a
+//! thread of its own
 //! serving `/metrics` ([`keyorder::metrics::Metrics`], OpenMetrics text) and `/healthz`.
 //!
 //! The per-partition figures come from one grouped query ([`Admin::lag`]) on this server's own
@@ -6,20 +7,15 @@
 //! come from the worker loops' observers. Not run by the simulation.
 
 use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper::{Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::Head;
+use keyorder::http::serve::{serve_pages, Page};
 use keyorder::metrics::{DeliveryOutcome, Metrics, CONTENT_TYPE};
 use keyorder::store::admin::{Admin, OpenMode};
 use keyorder::store::open::{AdminConn, Location};
@@ -211,58 +207,32 @@ impl State {
         }
     }
 
-    async fn answer(&self, path: &str) -> Response<Full<Bytes>> {
-        let reply = |status, content_type: &str, body: String| {
-            let mut r = Response::new(Full::new(Bytes::from(body)));
-            *r.status_mut() = status;
-            if let Ok(v) = content_type.parse() {
-                r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
-            }
-            r
-        };
+    async fn answer(&self, path: &str) -> Page {
         match path {
             "/metrics" => {
                 self.refresh().await;
-                reply(StatusCode::OK, CONTENT_TYPE, self.handle.metrics.encode())
+                Page { status: 200, content_type: CONTENT_TYPE, body: self.handle.metrics.encode() }
             }
             "/healthz" => {
                 self.refresh().await;
                 let leased = self.handle.leased.load(Ordering::Relaxed);
                 match (self.reachable.get(), leased) {
-                    (true, true) => reply(StatusCode::OK, "text/plain", "ok\n".into()),
-                    (false, _) => reply(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "text/plain",
-                        "store unreachable\n".into(),
-                    ),
-                    (true, false) => reply(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "text/plain",
-                        "no partition leased yet\n".into(),
-                    ),
+                    (true, true) => Page::text(200, "ok\n"),
+                    (false, _) => Page::text(503, "store unreachable\n"),
+                    (true, false) => Page::text(503, "no partition leased yet\n"),
                 }
             }
-            _ => reply(StatusCode::NOT_FOUND, "text/plain", "try /metrics or /healthz\n".into()),
+            _ => Page::text(404, "try /metrics or /healthz\n"),
         }
     }
 }
 
-/// One connection at a time, no keep-alive: scrapes are rare and short, and the admin
-/// connection is used by one request at a time.
+/// Serves the pages until the process exits (see [`serve_pages`]).
 async fn serve(listener: std::net::TcpListener, state: Rc<State>) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
-    loop {
-        let Ok((stream, _)): std::io::Result<(_, SocketAddr)> = listener.accept().await else {
-            continue;
-        };
+    serve_pages(listener, move |path: String| {
         let state = state.clone();
-        let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let state = state.clone();
-            async move { Ok::<_, std::convert::Infallible>(state.answer(req.uri().path()).await) }
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .keep_alive(false)
-            .serve_connection(TokioIo::new(stream), service);
-        let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
-    }
+        async move { state.answer(&path).await }
+    })
+    .await
 }
