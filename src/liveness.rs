@@ -87,23 +87,6 @@ pub fn default_session_timeout(delivery_timeout: Duration, request_timeout: Dura
 }
 
 impl LivenessConfig {
-    /// The configuration a worker with `config` runs under, with its store ending sessions
-    /// silent for `session_timeout` and the record of last contact stale by up to `margin`.
-    pub fn of_worker(
-        config: &crate::worker::WorkerConfig,
-        session_timeout: Duration,
-        margin: Duration,
-    ) -> Self {
-        Self {
-            delivery_timeout: config.delivery_timeout,
-            request_timeout: config.request_timeout,
-            session_timeout,
-            rebalance_every: config.rebalance_every,
-            lease_quiet: config.idle_poll.max(config.retry.cap()),
-            margin,
-        }
-    }
-
     /// How often a lease session is kept alive when it has nothing else to say: a third of the
     /// bound, so two keep-alives may be late or lost before the bound is reached.
     pub fn keep_alive_every(&self) -> Duration {

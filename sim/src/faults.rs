@@ -10,7 +10,7 @@ use keyorder::{PartitionCount, PartitionId};
 
 use crate::control::SharedControl;
 use crate::hosts::store::SharedStore;
-use crate::scenario::{Fault, FaultKind, Procedure};
+use crate::scenario::{worker_name, Fault, FaultKind, Procedure};
 use crate::trace::SharedRecorder;
 
 /// How long drain-and-switch waits for the queue to drain before it gives up and resumes on
@@ -406,9 +406,4 @@ pub struct World {
     /// `pin-without-barrier`: a pin change keeps the layout epoch, so no barrier holds the
     /// pinned key's new rows.
     pub pin_without_barrier: bool,
-}
-
-/// A worker host's name.
-pub fn worker_name(i: usize) -> String {
-    format!("worker-{i}")
 }

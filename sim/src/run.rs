@@ -7,8 +7,6 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::check::{check, Verdict};
-use keyorder::retry::RetryPolicy;
-use keyorder::worker::WorkerConfig;
 use keyorder::{PartitionCount, Time};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -16,13 +14,13 @@ use serde::Serialize;
 
 use crate::breaks::Break;
 use crate::control::Control;
-use crate::faults::{worker_name, FaultRunner, SwitchReport, World};
+use crate::faults::{FaultRunner, SwitchReport, World};
 use crate::hosts::endpoint::{self, Endpoints};
 use crate::hosts::producer::{Planned, ProducerHost, Routing};
 use crate::hosts::store::{self, StoreBreaks, StoreState};
 use crate::hosts::worker::{ExpiryClient, SimClock, WorkerHost};
 use crate::scenario::Procedure;
-use crate::scenario::{Scenario, ScenarioError};
+use crate::scenario::{worker_name, Scenario, ScenarioError};
 use crate::trace::Recorder;
 
 /// How long a racing producer's transaction may stay open (`unserialised-producers`).
@@ -135,23 +133,7 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
     sim.host("endpoint", endpoint::host(Endpoints::new(specs, slow), world.rec.clone()));
     let request_timeout = Duration::from_millis(scenario.request_timeout_ms);
     for i in 0..scenario.workers {
-        let mut config = WorkerConfig::new(worker_name(i));
-        config.retry = if scenario.has(Break::UnboundedRetry) {
-            RetryPolicy::new(u32::MAX, Duration::from_millis(50), scenario.retry.cap())
-                .unwrap_or(scenario.retry)
-        } else {
-            scenario.retry
-        };
-        config.idle_poll = Duration::from_millis(scenario.idle_poll_ms);
-        config.rebalance_every = Duration::from_millis(scenario.rebalance_ms);
-        config.delivery_timeout = Duration::from_millis(scenario.delivery_timeout_ms);
-        config.reconnect_after = Duration::from_millis(200);
-        // The shared wrapper applies the request timeout to every store call, and the
-        // store's detection is the session bound the worker keeps its sessions inside.
-        config.request_timeout = request_timeout;
-        config.session_timeout = Some(detection);
-        config.takeover_delay = scenario.takeover_delay_ms.map(Duration::from_millis);
-        config.strict_partition_order = scenario.strict_partition_order;
+        let mut config = scenario.worker_config(i);
         config.rng_seed = rng.random();
         config.start_offset = (i * usize::from(scenario.partitions) / scenario.workers) as u16;
         let host = WorkerHost {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use keyorder::liveness::LivenessConfig;
 use keyorder::retry::RetryPolicy;
+use keyorder::worker::WorkerConfig;
 use keyorder::PartitionCount;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -410,19 +411,36 @@ impl Scenario {
             .fold(self.partitions, u16::min)
     }
 
-    /// The session liveness bound this scenario runs under: the store's detection as the
-    /// session timeout, checked by the same rules as `keyorder work --session-timeout-ms`.
-    pub fn liveness(&self) -> LivenessConfig {
+    /// The configuration of worker `index` (all but its RNG seed, which the run draws): the
+    /// same type, defaults and timeouts `keyorder work` runs with, set from the scenario.
+    pub fn worker_config(&self, index: usize) -> WorkerConfig {
         let ms = Duration::from_millis;
-        LivenessConfig {
-            delivery_timeout: ms(self.delivery_timeout_ms),
-            request_timeout: ms(self.request_timeout_ms),
-            session_timeout: ms(self.detection_ms),
-            rebalance_every: ms(self.rebalance_ms),
-            lease_quiet: ms(self.idle_poll_ms).max(self.retry.cap()),
-            // The simulated store answers every statement itself: "last heard" is exact.
-            margin: Duration::ZERO,
-        }
+        let mut config = WorkerConfig::new(worker_name(index));
+        config.retry = if self.has(Break::UnboundedRetry) {
+            RetryPolicy::new(u32::MAX, ms(50), self.retry.cap()).unwrap_or(self.retry)
+        } else {
+            self.retry
+        };
+        config.idle_poll = ms(self.idle_poll_ms);
+        config.rebalance_every = ms(self.rebalance_ms);
+        config.delivery_timeout = ms(self.delivery_timeout_ms);
+        config.reconnect_after = ms(200);
+        // The shared wrapper applies the request timeout to every store call, and the
+        // store's detection is the session bound the worker keeps its sessions inside.
+        config.request_timeout = ms(self.request_timeout_ms);
+        config.session_timeout = Some(ms(self.detection_ms));
+        config.takeover_delay = self.takeover_delay_ms.map(ms);
+        config.strict_partition_order = self.strict_partition_order;
+        config.start_offset = (index * usize::from(self.partitions) / self.workers) as u16;
+        config
+    }
+
+    /// The session liveness bound this scenario runs under: the store's detection as the
+    /// session timeout, derived from the workers' configuration by the same code and checked
+    /// by the same rules as `keyorder work --session-timeout-ms`.
+    pub fn liveness(&self) -> LivenessConfig {
+        // The simulated store answers every statement itself: "last heard" is exact.
+        self.worker_config(0).liveness(Duration::from_millis(self.detection_ms), Duration::ZERO)
     }
 
     /// The expiry lease's rules: the stated skew bound covers every worker's offset, and a
@@ -799,6 +817,11 @@ fn faults(rng: &mut StdRng, s: &Scenario) -> Vec<Fault> {
     }
     out.sort_by_key(|f| f.at_ms);
     out
+}
+
+/// A worker host's name: `worker-INDEX`.
+pub fn worker_name(i: usize) -> String {
+    format!("worker-{i}")
 }
 
 #[cfg(test)]

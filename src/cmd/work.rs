@@ -8,7 +8,6 @@ use anyhow::Context;
 use clap::Args;
 use keyorder::endpoints::EndpointRow;
 use keyorder::http::{EndpointDirectory, RoutedDeliverer};
-use keyorder::liveness::LivenessConfig;
 use keyorder::retry::RetryPolicy;
 use keyorder::store::admin::Admin;
 use keyorder::store::open::{OpenMode, SessionBounding, StoreFactory, StoreOptions};
@@ -160,7 +159,9 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
     };
     // The rule the simulation proves under, checked before anything starts.
     if let Some((session_timeout, margin)) = settings.session_bound {
-        LivenessConfig::of_worker(&settings.config(), session_timeout, margin)
+        settings
+            .config()
+            .liveness(session_timeout, margin)
             .validate()
             .map_err(|e| BadInput(format!("--session-timeout-ms: {e}")))?;
     }

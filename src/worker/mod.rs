@@ -26,6 +26,7 @@ use crate::deliver::Deliver;
 use crate::drain::{DrainConfig, DEFAULT_IDLE_POLL, DEFAULT_MAX_PARKED_KEYS};
 use crate::ids::PartitionId;
 use crate::lease::rebalance;
+use crate::liveness::LivenessConfig;
 use crate::retry::RetryPolicy;
 use crate::store::timed::{Limits, TimedControl, TimedStore};
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError};
@@ -141,6 +142,20 @@ impl WorkerConfig {
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl WorkerConfig {
+    /// The liveness configuration this worker runs under, with its store ending sessions
+    /// silent for `session_timeout` and the record of last contact stale by up to `margin`:
+    /// what [`LivenessConfig::validate`] judges at start.
+    pub fn liveness(&self, session_timeout: Duration, margin: Duration) -> LivenessConfig {
+        LivenessConfig {
+            delivery_timeout: self.delivery_timeout,
+            request_timeout: self.request_timeout,
+            session_timeout,
+            rebalance_every: self.rebalance_every,
+            lease_quiet: self.idle_poll.max(self.retry.cap()),
+            margin,
+        }
+    }
+
     /// The bounds the store wrapper enforces, from this configuration.
     pub fn limits(&self) -> Limits {
         Limits {
