@@ -15,7 +15,7 @@
 //!   scheduling slack), and none is acknowledged.
 //! * A healthy worker whose endpoint answers just inside the delivery timeout, with heads in a
 //!   backoff far longer than the bound and idle polls longer than it, keeps every lease for
-//!   many bounds.
+//!   two minutes (forty bounds).
 //!
 //! `KEYORDER_LIVENESS_DEFAULTS=1` runs the frozen-worker and the blackholed-worker tests with
 //! the production defaults (delivery timeout 10 s, session timeout 30 s) and prints the resume
@@ -546,10 +546,15 @@ fn a_healthy_worker_keeps_its_leases_for_many_bounds() {
     // Each lease's epoch row is written just after its lock is granted.
     wait_until("every lease has its epoch", Duration::from_secs(10), || epochs().len() == 16);
     let first = epochs();
-    // Five bounds: idle partitions poll every 5 s, failing heads back off up to 20 s, every
-    // delivery takes 850 ms; only the keep-alive keeps the quiet sessions heard.
+    // Two minutes, forty bounds (KEYORDER_LIVENESS_HEALTHY_SECS to change it): idle
+    // partitions poll every 5 s, failing heads back off up to 20 s, every delivery takes
+    // 850 ms; only the keep-alive keeps the quiet sessions heard.
+    let hold = std::env::var("KEYORDER_LIVENESS_HEALTHY_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(120), Duration::from_secs);
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(15) {
+    while start.elapsed() < hold {
         let held = rt().block_on(held_by(&c, "c"));
         assert_eq!(held.len(), 16, "a lease was lost after {:?}", start.elapsed());
         std::thread::sleep(Duration::from_millis(250));
