@@ -58,10 +58,12 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     })?;
     bar.finish_and_clear();
     let wall = started.elapsed();
+    // The threads that had a seed to run (a sweep of one seed uses one, whatever --jobs says).
+    let jobs = jobs.min(seeds.len()).max(1);
     let mut summary = Summary::default();
     outcomes.iter().for_each(|o| summary.add(o));
     if args.json {
-        print_json(&summary, wall)?;
+        print_json(&summary, wall, jobs)?;
     } else {
         print_table(&summary, wall, jobs);
     }
@@ -97,7 +99,14 @@ fn progress_bar(len: u64, json: bool) -> ProgressBar {
     bar
 }
 
-fn print_json(s: &Summary, wall: Duration) -> anyhow::Result<()> {
+/// Simulated seconds per wall second per thread: how much faster than real time one core
+/// simulates (the figure TigerBeetle's VOPR publishes as time acceleration).
+fn acceleration(s: &Summary, wall: Duration, jobs: usize) -> f64 {
+    let simulated = s.simulated_ms as f64 / 1000.0;
+    simulated / wall.as_secs_f64().max(1e-9) / jobs.max(1) as f64
+}
+
+fn print_json(s: &Summary, wall: Duration, jobs: usize) -> anyhow::Result<()> {
     let json = serde_json::json!({
         "runs": s.runs,
         "failed_seeds": s.failed_seeds,
@@ -109,6 +118,8 @@ fn print_json(s: &Summary, wall: Duration) -> anyhow::Result<()> {
         "deliveries": s.deliveries,
         "simulated_seconds": s.simulated_ms as f64 / 1000.0,
         "wall_seconds": wall.as_secs_f64(),
+        "jobs": jobs,
+        "acceleration_per_thread": acceleration(s, wall, jobs),
     });
     println!("{}", serde_json::to_string_pretty(&json)?);
     Ok(())
@@ -134,6 +145,7 @@ fn print_table(s: &Summary, wall: Duration, jobs: usize) {
     println!("wall time                 {secs:.2} s on {jobs} thread(s)");
     println!("deliveries per wall second {:.0}", s.deliveries as f64 / secs);
     println!("seeds per minute          {:.0}", s.runs as f64 * 60.0 / secs);
+    println!("time acceleration         {:.0}x per thread", acceleration(s, wall, jobs));
     if s.failed_seeds.is_empty() {
         println!("result                    OK: no violation in {} runs", s.runs);
     } else {
