@@ -1,4 +1,6 @@
 //! Line input in large chunks, split across cores: what `route` and `plan --keys` share.
+//! (`route` runs whole chunks through [`super::pipeline`] and uses the line helpers here;
+//! `plan --keys` uses [`for_each_chunk`], [`split_lines`] and [`run_parts`].)
 //!
 //! The input is read a chunk of whole lines at a time (about [`CHUNK_BYTES`], more only for a
 //! line longer than that), so memory stays flat however long the input is; each chunk is cut

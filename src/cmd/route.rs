@@ -1,5 +1,6 @@
-//! `keyorder route`: stream keys through the batch router in bounded memory, a chunk of
-//! lines at a time, each chunk split across the cores, output in input order.
+//! `keyorder route`: stream keys through the batch router in bounded memory, whole chunks of
+//! lines on every core ([`super::pipeline`]) while this thread reads ahead and writes the
+//! finished chunks in input order.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
