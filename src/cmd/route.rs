@@ -256,3 +256,36 @@ impl<W: Write> Sink for Stats<W> {
         out.flush().context("writing output")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycled_key_vectors_keep_their_allocation() {
+        let text = String::from("a\nb\nc\n");
+        let mut keys: Vec<&str> = Vec::with_capacity(1000);
+        chunks::split_keys(&text, &mut keys);
+        let ptr = keys.as_ptr() as usize;
+        let again: Vec<&'static str> = recycle(keys);
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), 1000, "the buffer is kept, not reallocated");
+        assert_eq!(again.as_ptr() as usize, ptr);
+    }
+
+    #[test]
+    fn the_table_prints_what_display_prints() {
+        let count = PartitionCount::new(32767).expect("valid");
+        let ps: Vec<PartitionId> =
+            [0, 7, 9, 10, 99, 100, 999, 1000, 9999, 10000, 32766].map(PartitionId).to_vec();
+        let keys: Vec<&str> = ps.iter().map(|_| "k").collect();
+        let expected: String = ps.iter().map(|p| format!("{}\n", p.0)).collect();
+        let mut out = b"kept ".to_vec();
+        Formatter::new(count, Format::Plain).write(&keys, &ps, &mut out);
+        assert_eq!(String::from_utf8(out).expect("ascii"), format!("kept {expected}"));
+        let mut out = Vec::new();
+        Formatter::new(count, Format::Tsv).write(&keys, &ps, &mut out);
+        let expected: String = ps.iter().map(|p| format!("k\t{}\n", p.0)).collect();
+        assert_eq!(String::from_utf8(out).expect("ascii"), expected);
+    }
+}
