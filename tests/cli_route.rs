@@ -147,3 +147,35 @@ fn large_inputs_keep_order_across_chunks_and_threads() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("line {line}:")), "line {line}: {err}");
 }
+
+/// CRLF and LF lines, empty lines, non-ASCII keys and a last line without its newline, over
+/// several chunks (so some `\r\n` falls across a chunk's end), in both formats: every line is
+/// the single-key routing of its key, in order.
+#[test]
+fn crlf_empty_and_unicode_lines_across_chunks() {
+    let count = keyorder::PartitionCount::new(32767).expect("valid");
+    let keys: Vec<String> = (0..200_000)
+        .map(|i| match i % 11 {
+            0 => String::new(),
+            1 => format!("clé-{i}-ü"),
+            _ => format!("sub_{i:0>19}"),
+        })
+        .collect();
+    let mut input = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        input.extend_from_slice(key.as_bytes());
+        if i + 1 < keys.len() {
+            input.extend_from_slice(if i % 3 == 0 { b"\r\n" } else { b"\n" });
+        }
+    }
+    assert!(input.len() > 4 << 20, "more than four 1 MiB chunks");
+    let plain = route(&["--partitions", "32767"], &input);
+    assert!(plain.status.success());
+    let expected: String =
+        keys.iter().map(|k| format!("{}\n", keyorder::partition_for(k, count).0)).collect();
+    assert!(stdout(&plain) == expected, "plain output differs from partition_for, in order");
+    let tsv = route(&["--partitions", "32767", "--format", "tsv"], &input);
+    let expected: String =
+        keys.iter().map(|k| format!("{k}\t{}\n", keyorder::partition_for(k, count).0)).collect();
+    assert!(stdout(&tsv) == expected, "tsv output differs from partition_for, in order");
+}

@@ -21,6 +21,7 @@ mod layout;
 mod metrics;
 mod migrate;
 mod pin;
+mod pipeline;
 mod plan;
 mod receiver;
 mod route;

@@ -1,5 +1,6 @@
-//! `keyorder route`: stream keys through the batch router in bounded memory, a chunk of
-//! lines at a time, each chunk split across the cores, output in input order.
+//! `keyorder route`: stream keys through the batch router in bounded memory, whole chunks of
+//! lines on every core ([`super::pipeline`]) while this thread reads ahead and writes the
+//! finished chunks in input order.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -8,10 +9,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use keyorder::{route_many, PartitionCount, PartitionId};
+use keyorder::routing::route_into;
+use keyorder::{PartitionCount, PartitionId};
 
 use super::bad_input::BadInput;
-use super::chunks;
+use super::{chunks, pipeline};
 
 /// Distinct keys tracked for `--stats` heaviest keys (space-saving counters).
 const HEAVY_SLOTS: usize = 1024;
@@ -55,93 +57,123 @@ pub fn run(args: RouteArgs) -> anyhow::Result<()> {
     };
     let mut stdout = io::stdout().lock();
     let mut stats = args.stats.then(|| Stats::new(args.partitions, io::stdout()));
-    // Each part of a chunk routes its keys and, unless --stats, formats its output; the parts
-    // are written in order. Buffers are reused from chunk to chunk.
-    let format = (!args.stats).then_some(args.format);
-    let mut states: Vec<Part> = Vec::new();
-    chunks::for_each_chunk(input, |chunk, first_line| {
-        // Every part validates, splits, routes and formats its own lines; only the cut at
-        // line ends and the writes in order are serial.
-        let parts = chunks::split_lines(chunk, first_line, chunks::parts_for(chunk.len()));
-        states.resize_with(parts.len(), Part::default);
-        chunks::run_parts(&parts, &mut states[..parts.len()], |lines, part| {
-            part.route(lines, args.partitions, format)
-        });
-        for (lines, part) in parts.iter().zip(&states) {
-            if let Some((line, e)) = &part.bad_utf8 {
+    // Workers route (and, unless --stats, format) whole chunks; this thread reads ahead and
+    // consumes the chunks in input order. Line numbers are counted here, from each chunk's
+    // key count, so no pass over the bytes is serial.
+    let format = (!args.stats).then(|| Formatter::new(args.partitions, args.format));
+    let mut lines_before = 0u64;
+    pipeline::run(
+        input,
+        |lines, chunk: &mut Routed| chunk.route(lines, args.partitions, format.as_ref()),
+        |lines, chunk| {
+            if let Some((line, e)) = &chunk.bad_utf8 {
+                let line = lines_before + line;
                 return Err(BadInput(format!("line {line}: key is not valid UTF-8 ({e})")).into());
             }
+            lines_before += chunk.partitions.len() as u64;
             match &mut stats {
                 Some(stats) => {
-                    let text = std::str::from_utf8(lines.bytes).context("validated above")?;
-                    for (key, p) in chunks::lines(text).zip(&part.partitions) {
+                    let text = std::str::from_utf8(lines).context("validated by the worker")?;
+                    for (key, p) in chunks::lines(text).zip(&chunk.partitions) {
                         stats.take(key, *p)?;
                     }
+                    Ok(())
                 }
-                None => stdout.write_all(&part.out).context("writing output")?,
+                None => stdout.write_all(&chunk.out).context("writing output"),
             }
-        }
-        Ok(())
-    })?;
+        },
+    )?;
     match &mut stats {
         Some(stats) => stats.finish(),
         None => stdout.flush().context("writing output"),
     }
 }
 
-/// One part of a chunk: its partitions and, when printing, its formatted output; or the first
-/// line that is not UTF-8.
+/// One chunk routed: its partitions and, when printing, its formatted output; or the first
+/// line that is not UTF-8 (numbered from 1 within the chunk).
 #[derive(Default)]
-struct Part {
+struct Routed {
     partitions: Vec<PartitionId>,
     out: Vec<u8>,
     bad_utf8: Option<(u64, std::str::Utf8Error)>,
+    /// The allocation of the chunk's key slices, kept empty between chunks.
+    keys: Vec<&'static str>,
 }
 
-impl Part {
-    fn route(
-        &mut self,
-        lines: &chunks::LinesPart<'_>,
-        count: PartitionCount,
-        format: Option<Format>,
-    ) {
+impl Routed {
+    fn route(&mut self, lines: &[u8], count: PartitionCount, format: Option<&Formatter>) {
         self.out.clear();
         self.partitions.clear();
         self.bad_utf8 = None;
-        let text = match chunks::utf8(lines.bytes, lines.first_line) {
+        let text = match chunks::utf8(lines, 1) {
             Ok(text) => text,
             Err(bad) => {
                 self.bad_utf8 = Some(bad);
                 return;
             }
         };
-        let keys: Vec<&str> = chunks::lines(text).collect();
-        route_many(&keys, count, &mut self.partitions);
-        let Some(format) = format else { return };
-        for (key, p) in keys.iter().zip(&self.partitions) {
-            if format == Format::Tsv {
-                self.out.extend_from_slice(key.as_bytes());
-                self.out.push(b'\t');
-            }
-            push_decimal(&mut self.out, p.0);
-            self.out.push(b'\n');
+        let mut keys = recycle(std::mem::take(&mut self.keys));
+        chunks::split_keys(text, &mut keys);
+        self.partitions.resize(keys.len(), PartitionId(0));
+        route_into(&keys, count, &mut self.partitions);
+        if let Some(format) = format {
+            format.write(&keys, &self.partitions, &mut self.out);
         }
+        self.keys = recycle(keys);
     }
 }
 
-/// Appends `n` in decimal (what `{}` prints, without the formatting machinery).
-fn push_decimal(out: &mut Vec<u8>, mut n: u16) {
-    let mut digits = [0u8; 5];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+/// An empty vector of slices with `keys`' allocation, for slices of another lifetime: the
+/// in-place `collect` of an empty vector keeps its buffer, so no chunk allocates its keys.
+fn recycle<'b>(mut keys: Vec<&'_ str>) -> Vec<&'b str> {
+    keys.clear();
+    keys.into_iter().map(|_| "").collect()
+}
+
+/// Output lines from a table of every partition's decimal text and line end, built once: a
+/// line is one 8-byte copy, not a conversion.
+struct Formatter {
+    /// `digits` then `\n`, zero-padded to 8 bytes, and the used length, per partition.
+    table: Vec<([u8; 8], usize)>,
+    format: Format,
+}
+
+impl Formatter {
+    fn new(count: PartitionCount, format: Format) -> Self {
+        let table = (0..count.get())
+            .map(|p| {
+                let text = format!("{p}\n");
+                let mut padded = [0u8; 8];
+                padded[..text.len()].copy_from_slice(text.as_bytes());
+                (padded, text.len())
+            })
+            .collect();
+        Self { table, format }
     }
-    out.extend_from_slice(&digits[at..]);
+
+    /// Appends the lines of `keys` routed to `partitions` to `out`.
+    fn write(&self, keys: &[&str], partitions: &[PartitionId], out: &mut Vec<u8>) {
+        if self.format == Format::Tsv {
+            for (key, p) in keys.iter().zip(partitions) {
+                let (text, len) = &self.table[usize::from(p.0)];
+                out.extend_from_slice(key.as_bytes());
+                out.push(b'\t');
+                out.extend_from_slice(&text[..*len]);
+            }
+            return;
+        }
+        // Plain: every line is at most 6 bytes ("32766\n"), so with 2 bytes of slack each
+        // 8-byte copy fits; the slack and unused bytes are cut off at the end.
+        let start = out.len();
+        out.resize(start + partitions.len() * 6 + 2, 0);
+        let mut at = start;
+        for p in partitions {
+            let (text, len) = &self.table[usize::from(p.0)];
+            out[at..at + 8].copy_from_slice(text);
+            at += len;
+        }
+        out.truncate(at);
+    }
 }
 
 trait Sink {
@@ -222,5 +254,38 @@ impl<W: Write> Sink for Stats<W> {
             writeln!(out, "{}\t{count}\t{p}\t{key}", count - error)?;
         }
         out.flush().context("writing output")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recycled_key_vectors_keep_their_allocation() {
+        let text = String::from("a\nb\nc\n");
+        let mut keys: Vec<&str> = Vec::with_capacity(1000);
+        chunks::split_keys(&text, &mut keys);
+        let ptr = keys.as_ptr() as usize;
+        let again: Vec<&'static str> = recycle(keys);
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), 1000, "the buffer is kept, not reallocated");
+        assert_eq!(again.as_ptr() as usize, ptr);
+    }
+
+    #[test]
+    fn the_table_prints_what_display_prints() {
+        let count = PartitionCount::new(32767).expect("valid");
+        let ps: Vec<PartitionId> =
+            [0, 7, 9, 10, 99, 100, 999, 1000, 9999, 10000, 32766].map(PartitionId).to_vec();
+        let keys: Vec<&str> = ps.iter().map(|_| "k").collect();
+        let expected: String = ps.iter().map(|p| format!("{}\n", p.0)).collect();
+        let mut out = b"kept ".to_vec();
+        Formatter::new(count, Format::Plain).write(&keys, &ps, &mut out);
+        assert_eq!(String::from_utf8(out).expect("ascii"), format!("kept {expected}"));
+        let mut out = Vec::new();
+        Formatter::new(count, Format::Tsv).write(&keys, &ps, &mut out);
+        let expected: String = ps.iter().map(|p| format!("k\t{}\n", p.0)).collect();
+        assert_eq!(String::from_utf8(out).expect("ascii"), expected);
     }
 }
