@@ -213,3 +213,50 @@ fn a_shared_flush_deletes_only_the_rows_of_leases_still_held() {
         assert!(matches!(lost.ack(a.seq).await, Err(StoreError::LeaseNotHeld { .. })));
     });
 }
+
+/// The online repartition's barrier in the head read: a head of a newer layout whose key still
+/// has a row of an older layout queued (on another partition) is held for a short wait, and
+/// only then. The head read consults the barrier only while rows of an older layout are queued
+/// at all, so this checks the answer is the same either way.
+#[test]
+fn a_head_is_held_while_its_key_has_a_row_of_an_older_layout() {
+    block_on(async {
+        use keyorder::repartition::DEFAULT_HOLD_POLL;
+        use keyorder::store::{LeaseSession, Store};
+        let fx = SqliteFixture::new("barrier");
+        let (key, other) = (conformance::key_on(0, 0), conformance::key_on(0, 1));
+        fx.enqueue(&[conformance::event("old", &key)]).await;
+        // What a switch to layout 1 would route: the key's next row to partition 1, another
+        // key's (nothing older queued) to partition 2.
+        let c = fx.conn();
+        c.execute(
+            "INSERT INTO keyorder_layout (epoch, partitions) VALUES (1, ?1)",
+            [i64::from(count().get())],
+        )
+        .unwrap();
+        for (p, k, id) in [(1, &key, "new"), (2, &other, "free")] {
+            c.execute(
+                "INSERT INTO delivery_queue (partition, partition_key, event_id, payload, layout)
+                 VALUES (?1, ?2, ?3, '{}', 1)",
+                rusqlite::params![p, k, id],
+            )
+            .unwrap();
+        }
+        let s = fx.store();
+        let none = keyorder::drain::ParkedKeys::NONE;
+        let mut p0 = s.acquire(PartitionId(0)).await.unwrap().unwrap();
+        let mut p1 = s.acquire(PartitionId(1)).await.unwrap().unwrap();
+        let mut p2 = s.acquire(PartitionId(2)).await.unwrap().unwrap();
+        let old = p0.fetch_head(&none).await.unwrap().expect("old queued");
+        assert_eq!((old.event_id.as_str(), old.wait), ("old", None), "layout 0 is never held");
+        let held = p1.fetch_head(&none).await.unwrap().expect("new queued");
+        assert_eq!(held.event_id, "new");
+        assert!(held.wait.is_some_and(|w| w >= DEFAULT_HOLD_POLL), "held: {:?}", held.wait);
+        let free = p2.fetch_head(&none).await.unwrap().expect("free queued");
+        assert_eq!((free.event_id.as_str(), free.wait), ("free", None), "no older row of its key");
+        // The older row leaves the queue (delivered): the barrier lets the key's next row go.
+        c.execute("DELETE FROM delivery_queue WHERE event_id = 'old'", []).unwrap();
+        let released = p1.fetch_head(&none).await.unwrap().expect("new still queued");
+        assert_eq!((released.event_id.as_str(), released.wait), ("new", None));
+    });
+}
