@@ -27,6 +27,7 @@ pub mod admin;
 pub mod any;
 pub mod open;
 pub mod postgres;
+pub mod read_ahead;
 pub mod sqlite;
 pub mod timed;
 
