@@ -20,6 +20,7 @@ use keyorder::store::Store;
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{PartitionCount, PartitionId, Time};
 
+use super::bad_input::BadInput;
 use super::bench_http::{self, Delivery};
 use super::runtime::{block_on, open_error, Database};
 
@@ -67,6 +68,10 @@ pub struct BenchArgs {
     /// producers get by default is `full`.
     #[arg(long, value_enum, default_value_t = Durability::Full)]
     durability: Durability,
+    /// SQLite only: rows each head read reads ahead, one drain per value (1: a statement per
+    /// head), from 1 to 4096. Default: the store's, 64.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=4096))]
+    read_ahead: Option<Vec<u64>>,
 }
 
 /// Accepts everything at once, counting deliveries.
@@ -87,6 +92,12 @@ const BATCH: u64 = 5_000;
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let location = args.db.location()?;
+    if args.read_ahead.is_some() && location.file().is_none() {
+        return Err(BadInput(
+            "--read-ahead is for SQLite; PostgreSQL reads one head per statement".into(),
+        )
+        .into());
+    }
     match location.file() {
         Some(path) => anyhow::ensure!(
             args.yes || !path.exists(),
@@ -170,6 +181,7 @@ fn drain_stores(location: &Location, count: PartitionCount) -> anyhow::Result<St
         lease_expiry: None,
         session_timeout: None,
         request_timeout: keyorder::worker::DEFAULT_REQUEST_TIMEOUT,
+        read_ahead: None,
     };
     location.stores(count, options).map_err(open_error)
 }
@@ -203,28 +215,39 @@ async fn deliveries(
     c: &mut impl Admin,
     next: &mut u64,
 ) -> anyhow::Result<()> {
+    let read_aheads: Vec<Option<usize>> = match &args.read_ahead {
+        // At most 4096: checked by the flag's parser.
+        Some(rows) => rows.iter().map(|&n| Some(n as usize)).collect(),
+        None => vec![None],
+    };
     for &p in &args.partitions {
         let count = PartitionCount::new(p)?;
-        let mut noop = None;
-        for &d in &args.deliver {
-            c.empty_queue(false).await?;
-            enqueue_routed(c, next, args.events, args.keys, count).await?;
-            let options = StoreOptions {
-                delivery_timeout: Duration::from_millis(1000),
-                lease_expiry: None,
-                session_timeout: None,
-                request_timeout: keyorder::worker::DEFAULT_REQUEST_TIMEOUT,
-            };
-            let stores = location.stores(count, options).map_err(open_error)?;
-            let loops = args.loops.unwrap_or_else(super::workers::default_threads);
-            let rate = bench_http::bench_delivery(
-                move || Ok(stores.make()?),
-                args.events,
-                d,
-                bench_config(d, p, args.strict_partition_order),
-                loops,
-            )?;
-            print_rate(loops, p, d, rate, &mut noop);
+        for &read_ahead in &read_aheads {
+            let mut noop = None;
+            for &d in &args.deliver {
+                c.empty_queue(false).await?;
+                enqueue_routed(c, next, args.events, args.keys, count).await?;
+                let options = StoreOptions {
+                    delivery_timeout: Duration::from_millis(1000),
+                    lease_expiry: None,
+                    session_timeout: None,
+                    request_timeout: keyorder::worker::DEFAULT_REQUEST_TIMEOUT,
+                    read_ahead,
+                };
+                let stores = location.stores(count, options).map_err(open_error)?;
+                let loops = args.loops.unwrap_or_else(super::workers::default_threads);
+                let rate = bench_http::bench_delivery(
+                    move || Ok(stores.make()?),
+                    args.events,
+                    d,
+                    bench_config(d, p, args.strict_partition_order),
+                    loops,
+                )?;
+                if let Some(rows) = read_ahead {
+                    print!("read-ahead {rows:>4}: ");
+                }
+                print_rate(loops, p, d, rate, &mut noop);
+            }
         }
     }
     c.empty_queue(false).await?;

@@ -141,6 +141,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         lease_expiry: args.lease_expiry_ms.map(Duration::from_millis),
         session_timeout: args.session_timeout_ms.map(Duration::from_millis),
         request_timeout: settings.request_timeout,
+        read_ahead: None,
     };
     // The options are checked before anything is created; the count is the database's, read
     // below (the factory is built again with it).

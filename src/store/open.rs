@@ -85,6 +85,9 @@ impl Location {
                 if let Some(expiry) = options.lease_expiry {
                     sqlite.lease_expiry = expiry;
                 }
+                if let Some(rows) = options.read_ahead {
+                    sqlite.read_ahead = rows;
+                }
                 sqlite.validate().map_err(OpenError::Options)?;
                 Factory::Sqlite { path: path.clone(), count, options: sqlite }
             }
@@ -120,6 +123,9 @@ pub struct StoreOptions {
     pub session_timeout: Option<Duration>,
     /// How long any one store call may take (the worker's request timeout).
     pub request_timeout: Duration,
+    /// Rows a head read reads ahead, for a store that reads ahead (SQLite, see
+    /// [`crate::store::read_ahead`]); `None`: the store's default. Ignored by PostgreSQL.
+    pub read_ahead: Option<usize>,
 }
 
 /// How a store bounds the leases of a worker that stops answering (frozen, cut off), as found

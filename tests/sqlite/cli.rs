@@ -437,3 +437,44 @@ fn dlq_list_pages_newest_first_with_limit_and_after() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("--limit must be at least 1"), "{}", text(&out));
 }
+
+#[test]
+fn bench_measures_each_read_ahead_asked_for_and_refuses_one_out_of_range() {
+    let dir = TempDir::new("bench-read-ahead");
+    let common = [
+        "bench",
+        "--database",
+        "sqlite:bench.db",
+        "--deliver",
+        "noop",
+        "--partitions",
+        "4",
+        "--only-delivery",
+        "--events",
+        "500",
+        "--loops",
+        "1",
+        "--yes",
+    ];
+    let out = keyorder(&dir.0, &[&common[..], &["--read-ahead", "1,64"]].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    let rates: Vec<&str> = std::str::from_utf8(&out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("deliveries/s"))
+        .collect();
+    assert_eq!(rates.len(), 2, "one drain per value: {rates:?}");
+    assert!(rates[0].starts_with("read-ahead    1:"), "{rates:?}");
+    assert!(rates[1].starts_with("read-ahead   64:"), "{rates:?}");
+    for bad in ["0", "4097", "many"] {
+        let out = keyorder(&dir.0, &[&common[..], &["--read-ahead", bad]].concat());
+        assert_eq!(out.status.code(), Some(2), "--read-ahead {bad}: {}", text(&out));
+        assert!(text(&out).contains("--read-ahead"), "the flag is named: {}", text(&out));
+    }
+    let out = keyorder(
+        &dir.0,
+        &["bench", "--database", "postgres://nobody@127.0.0.1:1/x", "--read-ahead", "8", "--yes"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--read-ahead is for SQLite"), "{}", text(&out));
+}

@@ -87,7 +87,9 @@ impl Fixture for SqliteFixture {
     }
 
     async fn break_lease(&self, partition: PartitionId) {
-        // What the passing of its expiry does, without waiting for it.
+        // What the passing of its expiry does, without waiting for all of it: the row expires
+        // now, and the holder's own view of its expiry, by which it hands out heads it read
+        // ahead, runs out.
         let n = self
             .conn()
             .execute(
@@ -96,7 +98,14 @@ impl Fixture for SqliteFixture {
             )
             .unwrap();
         assert_eq!(n, 1);
+        tokio::time::sleep(read_ahead_window(&options())).await;
     }
+}
+
+/// How long after its last head read a holder may still hand out rows it read ahead: until its
+/// lease, as last read, no longer lasts a delivery timeout plus the clock-skew bound.
+fn read_ahead_window(o: &SqliteOptions) -> Duration {
+    o.lease_expiry.saturating_sub(o.delivery_timeout + o.clock_skew()) + Duration::from_millis(50)
 }
 
 fn block_on<F: std::future::Future>(fut: F) -> F::Output {
@@ -258,5 +267,76 @@ fn a_head_is_held_while_its_key_has_a_row_of_an_older_layout() {
         c.execute("DELETE FROM delivery_queue WHERE event_id = 'old'", []).unwrap();
         let released = p1.fetch_head(&none).await.unwrap().expect("new still queued");
         assert_eq!((released.event_id.as_str(), released.wait), ("new", None));
+    });
+}
+
+/// Read-ahead: one head read reads a batch, and the holder hands the rows out in order without
+/// a statement each, while its lease (as last read) lasts a delivery timeout plus the clock-skew
+/// bound; after that it reads from the store again, where a lease that ended is refused. The
+/// lease is ended by fiat here (no real expiry passes), which is exactly what read-ahead may
+/// not see: within the window the holder reads on, after it it is refused.
+#[test]
+fn read_ahead_rows_are_handed_out_only_while_the_lease_lasts() {
+    block_on(async {
+        use keyorder::store::{LeaseSession, Store, StoreError};
+        let fx = SqliteFixture::new("read-ahead");
+        let key = conformance::key_on(0, 0);
+        let events: Vec<Event> =
+            (0..4).map(|i| conformance::event(&format!("r{i}"), &key)).collect();
+        fx.enqueue(&events).await;
+        let s = fx.store();
+        let none = keyorder::drain::ParkedKeys::NONE;
+        let mut l = s.acquire(PartitionId(0)).await.unwrap().unwrap();
+        let first = l.fetch_head(&none).await.unwrap().expect("r0");
+        assert_eq!(first.event_id, "r0");
+        // Taken from under the holder without its expiry passing.
+        fx.conn()
+            .execute(
+                "UPDATE keyorder_lease SET holder = 'thief', epoch = epoch + 1000, expires_at = 0",
+                [],
+            )
+            .unwrap();
+        assert_eq!(
+            l.fetch_head(&none).await.unwrap().map(|h| h.event_id),
+            Some("r0".into()),
+            "not acknowledged: the same head"
+        );
+        l.ack(first.seq).await.unwrap();
+        let second = l.fetch_head(&none).await.unwrap().expect("read ahead");
+        assert_eq!(second.event_id, "r1", "in order, from the rows read ahead");
+        tokio::time::sleep(read_ahead_window(&options())).await;
+        assert!(
+            matches!(l.fetch_head(&none).await, Err(StoreError::LeaseNotHeld { .. })),
+            "past the window the holder reads from the store, and is refused"
+        );
+        assert_eq!(fx.queued().await.len(), 4, "the lost lease deleted nothing");
+    });
+}
+
+/// With `read_ahead` 1 every head is its own fenced statement: a lease ended by fiat is refused
+/// at once. The same steps as above, so the window above is read-ahead's, not the fixture's.
+#[test]
+fn without_read_ahead_each_head_is_read_under_the_fence() {
+    block_on(async {
+        use keyorder::store::{LeaseSession, Store, StoreError};
+        let fx = SqliteFixture::new("no-read-ahead");
+        let key = conformance::key_on(0, 0);
+        let events: Vec<Event> =
+            (0..4).map(|i| conformance::event(&format!("r{i}"), &key)).collect();
+        fx.enqueue(&events).await;
+        let mut o = options();
+        o.read_ahead = 1;
+        let s = SqliteStore::new(&fx.file, count(), o, TokioClock::start()).unwrap();
+        let none = keyorder::drain::ParkedKeys::NONE;
+        let mut l = s.acquire(PartitionId(0)).await.unwrap().unwrap();
+        let first = l.fetch_head(&none).await.unwrap().expect("r0");
+        l.ack(first.seq).await.unwrap();
+        fx.conn()
+            .execute(
+                "UPDATE keyorder_lease SET holder = 'thief', epoch = epoch + 1000, expires_at = 0",
+                [],
+            )
+            .unwrap();
+        assert!(matches!(l.fetch_head(&none).await, Err(StoreError::LeaseNotHeld { .. })));
     });
 }

@@ -136,6 +136,7 @@ mod tests {
             holder: format!("h{p}"),
             expiry: 30.0,
             margin: 10.0,
+            sql: std::sync::Arc::new(super::super::HeadSql::new(1)),
         }
     }
 

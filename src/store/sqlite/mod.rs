@@ -10,7 +10,7 @@
 //!   `synchronous = NORMAL` (a power cut may lose its last acknowledgements: duplicates, never
 //!   losses) and a busy timeout; every write is one `BEGIN IMMEDIATE` transaction. The
 //!   producer's connection ([`admin::SqliteAdmin`]) commits with `synchronous = FULL`. Every
-//!   32nd write of a worker's connection asks for a `RESTART` checkpoint after its commit, so
+//!   16th write of a worker's connection asks for a `RESTART` checkpoint after its commit, so
 //!   that the WAL is written from its start again instead of growing by gigabytes (see `wal`).
 //! * **Leases.** `keyorder_lease` has a row per partition: holder, epoch (incremented, across
 //!   all partitions, at each acquisition: the fencing token), expiry (Unix seconds computed
@@ -25,19 +25,28 @@
 //!   fails the transaction is rolled back and the call fails with [`StoreError::LeaseNotHeld`]:
 //!   a worker whose lease expired can neither read the next head nor acknowledge anything.
 //! * **The delivery rule.** A head read succeeds only while the lease lasts at least
-//!   [`SqliteOptions::delivery_timeout`] longer, checked in SQL (`expires_at > now + timeout`);
-//!   when the renewal is behind, the read renews the lease first (fenced). Since
-//!   `lease_expiry > delivery_timeout` ([`SqliteOptions::validate`]), a delivery the worker
-//!   starts ends, answered or timed out, before its lease can expire and another worker can
-//!   take the partition. What no lease can prevent: a process paused (SIGSTOP, a VM freeze)
-//!   between the head read and the send sends that one event late, a duplicate; its
-//!   acknowledgement is then refused.
+//!   [`SqliteOptions::delivery_timeout`] plus twice [`SqliteOptions::clock_skew`] longer,
+//!   checked in SQL (`expires_at > now + margin`); when the renewal is behind, the read renews
+//!   the lease first (fenced). Since `lease_expiry > delivery_timeout`
+//!   ([`SqliteOptions::validate`]), a delivery the worker starts ends, answered or timed out,
+//!   before its lease can expire and another worker can take the partition. What no lease can
+//!   prevent: a process paused (SIGSTOP, a VM freeze) between the head read and the send sends
+//!   that one event late, a duplicate; its acknowledgement is then refused.
+//! * **Read-ahead.** One head read reads up to [`SqliteOptions::read_ahead`] of the partition's
+//!   oldest rows (ending at the first that waits: a backoff or the repartition barrier), with
+//!   the time the lease has left. The lease then hands them out one at a time without a
+//!   statement, but only while that expiry, carried over to tokio's clock from before the
+//!   statement was sent, lies a delivery timeout plus the clock-skew bound ahead
+//!   ([`crate::store::read_ahead`], the rule the simulation's expiry leases prove); then it
+//!   reads again, which renews. Its own retries and dead letters drop what it read ahead; no
+//!   other writer changes those rows.
 //! * **Acknowledgements** of all the leases on a connection are buffered together and deleted
 //!   in one transaction once `ack_batch` rows are buffered or the oldest is `ack_delay` old
 //!   (and whenever a partition runs empty or writes anything else): each lease's rows only
 //!   after its own fenced renewal in that transaction (see `acks`). A lost lease acknowledges
-//!   nothing, and its unflushed rows are delivered again by the next holder. Heads are read after the last acknowledged seq: SQLite serialises writers, so seq
-//!   order is commit order and no row can commit behind it. A head read passes over the
+//!   nothing, and its unflushed rows are delivered again by the next holder. Heads are read
+//!   after the last acknowledged seq: SQLite serialises writers, so seq order is commit order
+//!   and no row can commit behind it. A head read passes over the
 //!   parked keys' rows (the drain's `skip`); once a key is unparked its oldest row lies behind
 //!   that cursor, so the read after an unpark deletes the buffered acknowledgements and reads
 //!   from the partition's start.
@@ -45,9 +54,9 @@
 //!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
 //!   `keyorder work` processes on one file share the partitions fairly.
 //!
-//! Expiry is SQLite's wall clock (`unixepoch('subsec')`), the delivery timeout tokio's monotonic
-//! clock: a wall clock stepped forward by more than `lease_expiry - delivery_timeout` can end a
-//! lease while a delivery is out.
+//! Expiry is SQLite's wall clock (`unixepoch('subsec')`), the delivery timeout and the
+//! read-ahead rule tokio's monotonic clock: a wall clock stepped forward by more than the
+//! clock-skew bound between a head read and a delivery can end a lease while a delivery is out.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,6 +73,7 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
+use crate::store::read_ahead::ReadAhead;
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 mod acks;
@@ -94,6 +104,10 @@ pub struct SqliteOptions {
     pub ack_batch: usize,
     /// The oldest an unflushed acknowledgement may be.
     pub ack_delay: Duration,
+    /// Rows one head read reads ahead: the lease then hands them out without a statement each
+    /// while its expiry lies far enough ahead (see [`crate::store::read_ahead`]). 1 reads one
+    /// row per head, as before read-ahead.
+    pub read_ahead: usize,
 }
 
 impl SqliteOptions {
@@ -104,8 +118,9 @@ impl SqliteOptions {
             lease_expiry: delivery_timeout.saturating_mul(3),
             delivery_timeout,
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
-            ack_batch: 128,
+            ack_batch: 512,
             ack_delay: Duration::from_millis(50),
+            read_ahead: DEFAULT_READ_AHEAD,
         }
     }
 
@@ -126,13 +141,38 @@ impl SqliteOptions {
                 reason: "ack_batch must be at least 1".into(),
             });
         }
+        if self.read_ahead == 0 || self.read_ahead > MAX_READ_AHEAD {
+            return Err(StoreError::Refused {
+                operation: "configure the SQLite store",
+                reason: format!(
+                    "the read-ahead must be between 1 and {MAX_READ_AHEAD} rows, not {}",
+                    self.read_ahead
+                ),
+            });
+        }
         Ok(())
     }
 
     fn renew_every(&self) -> Duration {
         self.lease_expiry / 3
     }
+
+    /// The bound on how far SQLite's clock (the wall clock, by which expiry is computed) may
+    /// move against the holder's (tokio's monotonic clock, by which a read-ahead head is judged)
+    /// between a head read and the deliveries it serves: a second, or a quarter of the slack
+    /// between the lease and a delivery when that is shorter, so that the rule leaves room.
+    pub fn clock_skew(&self) -> Duration {
+        let slack = self.lease_expiry.saturating_sub(self.delivery_timeout) / 4;
+        slack.min(Duration::from_secs(1))
+    }
 }
+
+/// The default [`SqliteOptions::read_ahead`]: 64 rows amortise a statement's round trip to the
+/// connection's thread to almost nothing, and 64 small rows are a few kilobytes.
+pub const DEFAULT_READ_AHEAD: usize = 64;
+
+/// The largest [`SqliteOptions::read_ahead`]: every buffered row is held in memory.
+pub const MAX_READ_AHEAD: usize = 4_096;
 
 impl Default for SqliteOptions {
     fn default() -> Self {
@@ -145,6 +185,7 @@ impl Default for SqliteOptions {
 #[derive(Clone)]
 pub struct SqliteStore {
     path: PathBuf,
+    head_sql: Arc<HeadSql>,
     count: PartitionCount,
     options: SqliteOptions,
     clock: TokioClock,
@@ -211,7 +252,8 @@ impl SqliteStore {
             acks: Rc::default(),
             restarts: Rc::default(),
         });
-        Ok(Self { path: path.into(), count, options, clock, shared })
+        let head_sql = Arc::new(HeadSql::new(options.read_ahead));
+        Ok(Self { path: path.into(), head_sql, count, options, clock, shared })
     }
 
     /// The shared connection, opened (with its renewal timer) on first use.
@@ -293,7 +335,8 @@ impl Store for SqliteStore {
             epoch: Epoch(epoch as u64),
             holder,
             expiry,
-            margin: secs(self.options.delivery_timeout),
+            margin: secs(self.options.delivery_timeout + 2 * self.options.clock_skew()),
+            sql: self.head_sql.clone(),
         };
         registry(&self.shared.registry).leases.insert((partition.0, epoch as u64), fence.clone());
         Ok(Some(SqliteLease {
@@ -305,6 +348,7 @@ impl Store for SqliteStore {
             registry: self.shared.registry.clone(),
             cursor: 0,
             skipped: ParkedKeys::NONE,
+            ahead: ReadAhead::new(self.options.clock_skew()),
             acks: self.shared.acks.clone(),
             restarts: self.shared.restarts.clone(),
         }))
@@ -374,8 +418,12 @@ struct Fence {
     holder: String,
     /// The lease's length, in seconds.
     expiry: f64,
-    /// The delivery timeout, in seconds: a head is read only while the lease lasts this long.
+    /// In seconds: a head is read only while the lease lasts this much longer (the delivery
+    /// timeout and twice the clock-skew bound: a read renews the lease before what it reads
+    /// ahead could no longer be handed out, see [`ReadAhead`]).
     margin: f64,
+    /// The head read's statements, reading [`SqliteOptions::read_ahead`] rows.
+    sql: Arc<HeadSql>,
 }
 
 impl Fence {
@@ -395,48 +443,52 @@ impl Fence {
         }
     }
 
-    /// The head after `cursor` (the oldest row whose key is not in `skip`, a JSON array of
-    /// parked keys), in the same statement as the lease check: `None` when the lease is not
-    /// held; `Some((lasts a delivery timeout longer, head))` when it is.
-    fn held_head(
+    /// The heads after `cursor` (the oldest rows whose key is not in `skip`, a JSON array of
+    /// parked keys, at most [`Fence::limit`], oldest first), in the same statement as the lease
+    /// check: `None` when the lease is not held; `Some(lease)` when it is.
+    fn held_heads(
         &self,
         c: &Connection,
         cursor: i64,
         skip: Option<&str>,
-    ) -> Result<Option<(bool, Option<StoredHead>)>, StoreError> {
+    ) -> Result<Option<HeldHeads>, StoreError> {
         // Without parked keys the statement of old, so the hot path pays nothing for parking.
-        let mut stmt = c.prepare_cached(if skip.is_some() { HEAD_SKIP_SQL } else { HEAD_SQL })?;
+        let mut stmt =
+            c.prepare_cached(if skip.is_some() { &self.sql.skip } else { &self.sql.plain })?;
         let (p, holder, epoch) = (self.p(), &self.holder, self.epoch.0 as i64);
         let mut rows = match skip {
             Some(skip) => stmt.query(params![p, cursor, holder, epoch, self.margin, skip])?,
             None => stmt.query(params![p, cursor, holder, epoch, self.margin])?,
         };
-        let row = rows
-            .next()?
-            .map(|r| -> rusqlite::Result<(bool, Option<StoredHead>)> {
-                let lasts: bool = r.get(0)?;
-                let Some(seq) = r.get::<_, Option<i64>>(1)? else { return Ok((lasts, None)) };
-                let wait: f64 = r.get(6)?;
-                let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
-                if r.get::<_, bool>(8)? {
-                    // The barrier holds this row: a short wait, no attempt spent.
-                    wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
-                }
-                Ok((
-                    lasts,
-                    Some(StoredHead {
-                        seq: Seq(seq),
-                        event_id: r.get(2)?,
-                        key: r.get(3)?,
-                        payload: r.get(4)?,
-                        attempts: r.get::<_, i64>(5)?.clamp(0, i64::from(u32::MAX)) as u32,
-                        wait,
-                        last_error: r.get(7)?,
-                    }),
-                ))
-            })
-            .transpose()?;
-        Ok(row)
+        let mut held: Option<HeldHeads> = None;
+        while let Some(r) = rows.next()? {
+            let lease = held.get_or_insert(HeldHeads {
+                lasts: r.get(0)?,
+                expires_in: r.get::<_, f64>(1)?.max(0.0),
+                heads: Vec::new(),
+            });
+            let Some(seq) = r.get::<_, Option<i64>>(2)? else { break };
+            let wait: f64 = r.get(7)?;
+            let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
+            if r.get::<_, bool>(9)? {
+                // The barrier holds this row: a short wait, no attempt spent.
+                wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
+            }
+            lease.heads.push(StoredHead {
+                seq: Seq(seq),
+                event_id: r.get(3)?,
+                key: r.get(4)?,
+                payload: r.get(5)?,
+                attempts: r.get::<_, i64>(6)?.clamp(0, i64::from(u32::MAX)) as u32,
+                wait,
+                last_error: r.get(8)?,
+            });
+            if wait.is_some() {
+                // Nothing behind a waiting row is read ahead (see `ReadAhead::fill`).
+                break;
+            }
+        }
+        Ok(held)
     }
 
     fn p(&self) -> i64 {
@@ -464,24 +516,32 @@ impl Fence {
         Ok(out)
     }
 
-    /// The head after `cursor`, read in one statement with the lease check (the delivery rule:
-    /// the lease must last a delivery timeout longer). Renews first when it would not.
-    fn read_head(
+    /// The heads after `cursor`, read in one statement with the lease check (the delivery rule:
+    /// the lease must last [`Fence::margin`] longer). Renews first when it would not.
+    fn read_heads(
         &self,
         c: &mut Connection,
         cursor: i64,
         skip: Option<&str>,
-    ) -> Result<Option<StoredHead>, StoreError> {
-        match self.held_head(c, cursor, skip)? {
-            Some((true, head)) => Ok(head),
+    ) -> Result<HeldHeads, StoreError> {
+        match self.held_heads(c, cursor, skip)? {
+            Some(held) if held.lasts => Ok(held),
             None => Err(self.not_held()),
             // Held, but the renewal is behind: renew and read again under the write lock.
-            Some((false, _)) => self.write(c, |tx| match self.held_head(tx, cursor, skip)? {
-                Some((_, head)) => Ok(head),
-                None => Err(self.not_held()),
-            }),
+            Some(_) => self
+                .write(c, |tx| self.held_heads(tx, cursor, skip)?.ok_or_else(|| self.not_held())),
         }
     }
+}
+
+/// A fenced head read's answer: the lease is held.
+struct HeldHeads {
+    /// Whether it lasts [`Fence::margin`] longer.
+    lasts: bool,
+    /// Seconds until it expires, by SQLite's clock.
+    expires_in: f64,
+    /// The rows read, oldest first, ending at the first that waits.
+    heads: Vec<StoredHead>,
 }
 
 /// The connection's timer: renews every registered lease (under its fence: a lost one stays
@@ -527,16 +587,21 @@ pub struct SqliteLease {
     cursor: i64,
     /// The parked keys the last head read skipped.
     skipped: ParkedKeys,
+    /// The rows the last head read read ahead, not yet acknowledged.
+    ahead: ReadAhead,
     /// Acknowledged seqs not yet deleted, of every lease on the connection.
     acks: Rc<RefCell<AckBuffer>>,
     /// The connection's write count, for its WAL restarts.
     restarts: Rc<wal::Restarts>,
 }
 
-/// The lease check and the head in one statement: whether the lease (this partition, holder,
-/// epoch, unexpired: no row otherwise) lasts a delivery timeout longer, then the head's
-/// columns (NULL when the partition is empty), and whether the online repartition's per-key
-/// barrier holds the head.
+/// The lease check and the heads in one statement: on every row, whether the lease (this
+/// partition, holder, epoch, unexpired: no row otherwise) lasts `?5` seconds longer and how
+/// many seconds it has left; then a head's columns (NULL when the partition is empty), and
+/// whether the online repartition's per-key barrier holds it. The heads are the partition's
+/// oldest rows after the cursor `?2`, at most `{limit}` of them, oldest first: a number written
+/// into the statement ([`HeadSql`]), since a `LIMIT` parameter makes SQLite prepare the
+/// statement anew at every step.
 ///
 /// The barrier is a `CASE`, not an `AND`: SQLite evaluates both sides of an `AND` in a result
 /// column, and the `EXISTS` walks every queued row of the head's key through
@@ -544,8 +609,10 @@ pub struct SqliteLease {
 /// read cost grew with the queue's depth (1,000,000 events over 10,000 keys: 100 lookups a
 /// read). `CASE` evaluates its `THEN` only when the `WHEN` holds, and the `WHEN` holds only
 /// while rows of an older layout are queued at all (`min(layout)`, one seek of
-/// `delivery_queue_layout_idx`): a condition the `EXISTS` implies, so the answer is unchanged.
+/// `delivery_queue_layout_idx`, once per statement): a condition the `EXISTS` implies, so the
+/// answer is unchanged.
 const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
+       l.expires_at - unixepoch('subsec'),
        q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
        max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
        CASE WHEN q.layout > 0 AND q.layout > (SELECT min(layout) FROM delivery_queue)
@@ -553,13 +620,15 @@ const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
            WHERE o.partition_key = q.partition_key AND o.layout < q.layout)
          ELSE 0 END
      FROM keyorder_lease l
-     LEFT JOIN delivery_queue q ON q.seq =
-       (SELECT seq FROM delivery_queue WHERE partition = ?1 AND seq > ?2 ORDER BY seq LIMIT 1)
+     LEFT JOIN (SELECT * FROM delivery_queue WHERE partition = ?1 AND seq > ?2
+                ORDER BY seq LIMIT {limit}) q ON 1
      WHERE l.partition = ?1 AND l.holder = ?3 AND l.epoch = ?4
-       AND l.expires_at > unixepoch('subsec')";
+       AND l.expires_at > unixepoch('subsec')
+     ORDER BY q.seq";
 
 /// [`HEAD_SQL`] passing over the rows of the parked keys (`?6`, a JSON array of keys).
 const HEAD_SKIP_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
+       l.expires_at - unixepoch('subsec'),
        q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
        max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
        CASE WHEN q.layout > 0 AND q.layout > (SELECT min(layout) FROM delivery_queue)
@@ -567,12 +636,29 @@ const HEAD_SKIP_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
            WHERE o.partition_key = q.partition_key AND o.layout < q.layout)
          ELSE 0 END
      FROM keyorder_lease l
-     LEFT JOIN delivery_queue q ON q.seq =
-       (SELECT seq FROM delivery_queue WHERE partition = ?1 AND seq > ?2
-          AND partition_key NOT IN (SELECT value FROM json_each(?6))
-        ORDER BY seq LIMIT 1)
+     LEFT JOIN (SELECT * FROM delivery_queue WHERE partition = ?1 AND seq > ?2
+                  AND partition_key NOT IN (SELECT value FROM json_each(?6))
+                ORDER BY seq LIMIT {limit}) q ON 1
      WHERE l.partition = ?1 AND l.holder = ?3 AND l.epoch = ?4
-       AND l.expires_at > unixepoch('subsec')";
+       AND l.expires_at > unixepoch('subsec')
+     ORDER BY q.seq";
+
+/// [`HEAD_SQL`] and [`HEAD_SKIP_SQL`] with their `LIMIT` written in.
+#[derive(Debug)]
+struct HeadSql {
+    plain: String,
+    skip: String,
+}
+
+impl HeadSql {
+    fn new(limit: usize) -> Self {
+        let limit = limit.to_string();
+        Self {
+            plain: HEAD_SQL.replace("{limit}", &limit),
+            skip: HEAD_SKIP_SQL.replace("{limit}", &limit),
+        }
+    }
+}
 
 const DELETE_SQL: &str = "DELETE FROM delivery_queue WHERE partition = ?1 AND seq = ?2";
 
@@ -674,6 +760,29 @@ impl LeaseSession for SqliteLease {
         false
     }
 
+    /// The expiry the store last answered must lie `needed` plus the clock-skew bound ahead.
+    /// Right after a head read it does (the read renews when it would not); when it no longer
+    /// does (the process stood still, or the read waited long on the connection's thread), one
+    /// fenced renewal answers again before the lease is given up.
+    async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
+        self.check_held()?;
+        if self.ahead.lasts(self.clock.now(), needed) {
+            return Ok(());
+        }
+        let sent = self.clock.now();
+        self.write_own(|_| Ok(())).await?;
+        self.ahead.expires(sent.saturating_add(self.options.lease_expiry));
+        if self.ahead.lasts(self.clock.now(), needed) {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseEnding {
+                partition: self.fence.partition,
+                epoch: self.fence.epoch,
+                needed,
+            })
+        }
+    }
+
     fn epoch(&self) -> Epoch {
         self.fence.epoch
     }
@@ -685,16 +794,25 @@ impl LeaseSession for SqliteLease {
     async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
         self.check_held()?;
         if !self.skipped.is_subset(skip) {
-            // A key was unparked: its oldest row lies behind the cursor, beside acknowledged
-            // rows whose deletes may still be buffered. Delete those, then read from the start.
+            // A key was unparked: its oldest row lies behind the cursor (and behind what was read
+            // ahead), beside acknowledged rows whose deletes may still be buffered. Delete those,
+            // then read from the start.
+            self.ahead.clear();
             self.flush_acks().await?;
             self.cursor = 0;
         }
         self.skipped = skip.clone();
+        let now = self.clock.now();
+        if let Some(head) = self.ahead.next(skip, now, self.options.delivery_timeout) {
+            return Ok(Some(head));
+        }
         let skip = (!skip.is_empty())
             .then(|| serde_json::to_string(skip.as_slice()).expect("a list of strings serialises"));
         let (fence, cursor) = (self.fence.clone(), self.cursor);
-        let head = self.conn.call(move |c| fence.read_head(c, cursor, skip.as_deref())).await?;
+        let held = self.conn.call(move |c| fence.read_heads(c, cursor, skip.as_deref())).await?;
+        // Judged from before the statement was sent: no later than SQLite's expiry.
+        self.ahead.expires(now.saturating_add(Duration::from_secs_f64(held.expires_in)));
+        let head = self.ahead.fill(held.heads);
         if head.is_none() {
             // The partition ran empty: nothing is gained by holding the deletes back.
             self.flush_acks().await?;
@@ -711,6 +829,7 @@ impl LeaseSession for SqliteLease {
             acks.due(now, self.options.ack_batch, self.options.ack_delay)
         };
         self.cursor = self.cursor.max(seq.0);
+        self.ahead.acked(seq);
         if due {
             self.flush_acks().await?;
         }
@@ -725,6 +844,8 @@ impl LeaseSession for SqliteLease {
         error: &str,
     ) -> Result<(), StoreError> {
         let (p, error, wait) = (self.p(), error.to_owned(), secs(retry_in));
+        // The row changes: what was read ahead is read again.
+        self.ahead.clear();
         self.write_own(move |c| {
             c.prepare_cached(
                 "UPDATE delivery_queue
@@ -744,6 +865,7 @@ impl LeaseSession for SqliteLease {
         reason: &str,
     ) -> Result<(), StoreError> {
         let (p, reason) = (self.p(), reason.to_owned());
+        self.ahead.clear();
         // One transaction: the row leaves the queue and enters the DLQ together or not at all.
         self.write_own(move |c| {
             c.prepare_cached(

@@ -21,9 +21,9 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 /// Write transactions of a connection between two restart requests. A write deletes at least
-/// `ack_batch` (128) acknowledged rows, and on a deep queue writes about a frame per row, so
-/// this is a restart every 4,096 frames (16 MiB) or so, four automatic checkpoints' worth.
-pub(super) const RESTART_EVERY: u32 = 32;
+/// `ack_batch` (512) acknowledged rows, and on a deep queue writes about a frame per row, so
+/// this is a restart every 8,192 frames (32 MiB) or so, eight automatic checkpoints' worth.
+pub(super) const RESTART_EVERY: u32 = 16;
 
 /// How long a restart waits for the write lock and the readers before giving up until the next
 /// request. A head read holds the log for tens of microseconds; a reader that holds it longer
