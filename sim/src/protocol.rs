@@ -37,6 +37,10 @@ pub enum StoreRequest {
         epoch: Epoch,
         #[serde(default, skip_serializing_if = "ParkedKeys::is_empty")]
         skip: ParkedKeys,
+        /// An expiry lease's read-ahead: up to this many oldest rows, ending at the first that
+        /// waits, answered as [`StoreResponse::Heads`]. Absent: the head alone.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
     },
     /// Delete a delivered row, fenced.
     Ack { partition: PartitionId, epoch: Epoch, seq: Seq },
@@ -102,6 +106,8 @@ pub enum StoreResponse {
     Lock(Option<Granted>),
     /// The head row, if any.
     Head(Option<WireHead>),
+    /// The oldest rows read ahead, oldest first (a `FetchHead` with a `limit`).
+    Heads(Vec<WireHead>),
     /// The sequence number given to an insert.
     Inserted(Seq),
     /// The event id was committed before (the unique constraint).

@@ -147,6 +147,8 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
             expiry: scenario.lease.expiry().map(|e| ExpiryClient {
                 margin: Duration::from_millis(e.skew_bound_ms),
                 renew_every: Duration::from_millis(e.expiry_ms / 3),
+                delivery_timeout: Duration::from_millis(scenario.delivery_timeout_ms),
+                read_ahead: keyorder::store::sqlite::DEFAULT_READ_AHEAD as u32,
             }),
         };
         sim.host(worker_name(i), host.factory());

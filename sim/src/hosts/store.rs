@@ -363,8 +363,11 @@ impl StoreState {
                 rec.log(at, "store", format_args!("p{partition} handed back {how}"));
                 StoreResponse::Ok
             }
-            R::FetchHead { partition, skip, .. } => {
+            R::FetchHead { partition, skip, limit: None, .. } => {
                 StoreResponse::Head(self.head(partition, at, &skip))
+            }
+            R::FetchHead { partition, skip, limit: Some(limit), .. } => {
+                StoreResponse::Heads(self.heads(partition, at, &skip, limit as usize))
             }
             R::Ack { partition, seq, .. } => {
                 if let Some(row) = self.durable.dequeue(partition, seq) {
@@ -625,29 +628,50 @@ impl StoreState {
     /// left is its key's oldest. The `skip-without-parking` design passes over the rows that
     /// are backing off instead, whatever their key, so a failing key's later rows go first.
     fn head(&self, partition: PartitionId, at: Time, skip: &ParkedKeys) -> Option<WireHead> {
+        self.heads(partition, at, skip, 1).pop()
+    }
+
+    /// The partition's oldest rows as [`Self::head`] picks its one, at most `limit` of them and
+    /// ending at the first that waits: what an expiry lease reads ahead.
+    fn heads(
+        &self,
+        partition: PartitionId,
+        at: Time,
+        skip: &ParkedKeys,
+        limit: usize,
+    ) -> Vec<WireHead> {
         let range = (partition, Seq(i64::MIN))..=(partition, Seq(i64::MAX));
-        let mut rows = self.durable.rows.range(range);
-        let ((_, seq), row) = if self.durable.breaks.skip_without_parking {
-            rows.find(|(_, row)| row.not_before.is_none_or(|t| t <= at))?
-        } else {
-            rows.find(|(_, row)| !skip.contains(&row.key))?
-        };
-        let oldest = self.durable.oldest_layout(&row.key).unwrap_or(row.layout);
-        let backoff = row.not_before.filter(|t| *t > at).map(|t| t.saturating_since(at));
-        let wait = match barrier(row.layout, oldest) {
-            Barrier::Held if self.durable.barrier => {
-                Some(backoff.unwrap_or_default().max(DEFAULT_HOLD_POLL))
+        let skipping = self.durable.breaks.skip_without_parking;
+        let rows = self.durable.rows.range(range).filter(|(_, row)| {
+            if skipping {
+                row.not_before.is_none_or(|t| t <= at)
+            } else {
+                !skip.contains(&row.key)
             }
-            Barrier::Held | Barrier::Open => backoff,
-        };
-        Some(WireHead {
-            seq: *seq,
-            event_id: row.event_id.clone(),
-            key: row.key.clone(),
-            attempts: row.attempts,
-            wait_us: wait.map(|w| w.as_micros() as u64),
-            last_error: row.last_error.clone(),
-        })
+        });
+        let mut heads = Vec::new();
+        for ((_, seq), row) in rows.take(limit) {
+            let oldest = self.durable.oldest_layout(&row.key).unwrap_or(row.layout);
+            let backoff = row.not_before.filter(|t| *t > at).map(|t| t.saturating_since(at));
+            let wait = match barrier(row.layout, oldest) {
+                Barrier::Held if self.durable.barrier => {
+                    Some(backoff.unwrap_or_default().max(DEFAULT_HOLD_POLL))
+                }
+                Barrier::Held | Barrier::Open => backoff,
+            };
+            heads.push(WireHead {
+                seq: *seq,
+                event_id: row.event_id.clone(),
+                key: row.key.clone(),
+                attempts: row.attempts,
+                wait_us: wait.map(|w| w.as_micros() as u64),
+                last_error: row.last_error.clone(),
+            });
+            if wait.is_some() {
+                break;
+            }
+        }
+        heads
     }
 
     fn insert(

@@ -21,13 +21,15 @@ use std::time::Duration;
 use keyorder::clock::Clock;
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::{Head, ParkedKeys};
+use keyorder::store::read_ahead::ReadAhead;
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
 
 use crate::control::SharedControl;
 use crate::protocol::{
-    Conn, DeliveryRequest, DeliveryResponse, StoreRequest, StoreResponse, ENDPOINT_PORT, STORE_PORT,
+    Conn, DeliveryRequest, DeliveryResponse, StoreRequest, StoreResponse, WireHead, ENDPOINT_PORT,
+    STORE_PORT,
 };
 use crate::trace::{now, SharedRecorder};
 
@@ -54,6 +56,11 @@ pub struct ExpiryClient {
     pub margin: Duration,
     /// How often the holder renews each lease.
     pub renew_every: Duration,
+    /// The worker's delivery timeout: a head read ahead is handed out only while the lease
+    /// lasts this plus the margin longer.
+    pub delivery_timeout: Duration,
+    /// Rows one head read reads ahead (production SQLite's default).
+    pub read_ahead: u32,
 }
 
 /// Waits while worker `name`'s process is stopped (a pause fault).
@@ -118,8 +125,22 @@ pub struct SimLease {
 struct Expiry {
     until: Rc<Cell<Time>>,
     clock: SimClock,
-    margin: Duration,
     renewer: tokio::task::JoinHandle<()>,
+    /// The rows read ahead, judged by production's code ([`ReadAhead`]).
+    ahead: ReadAhead,
+    /// The parked keys the last head read passed over.
+    skipped: ParkedKeys,
+    delivery_timeout: Duration,
+    read_ahead: u32,
+}
+
+impl Expiry {
+    /// Whether the lease, as the store last answered (by a statement or the renewal timer),
+    /// lasts `needed` plus the margin beyond this holder's now.
+    fn lasts(&mut self, needed: Duration) -> bool {
+        self.ahead.expires(self.until.get());
+        self.ahead.lasts(self.clock.now(), needed)
+    }
 }
 
 impl Drop for Expiry {
@@ -235,7 +256,15 @@ impl SimStore {
             client.renew_every,
             self.request_timeout,
         ));
-        Some(Expiry { until, clock: self.clock, margin: client.margin, renewer })
+        Some(Expiry {
+            until,
+            clock: self.clock,
+            renewer,
+            ahead: ReadAhead::new(client.margin),
+            skipped: ParkedKeys::NONE,
+            delivery_timeout: client.delivery_timeout,
+            read_ahead: client.read_ahead,
+        })
     }
 }
 
@@ -399,37 +428,62 @@ impl LeaseSession for SimLease {
 
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
         gate(&self.control, &self.worker).await;
-        let Some(e) = &self.expiry else { return Ok(()) };
+        let Some(e) = &mut self.expiry else { return Ok(()) };
         // The store's expiry against this holder's clock, which may run up to the margin
-        // behind the store's.
-        if e.clock.now().saturating_add(needed + e.margin) < e.until.get() {
+        // behind the store's; when it is too close, one fenced renewal answers again, as
+        // production SQLite does.
+        if e.lasts(needed) {
+            return Ok(());
+        }
+        let (partition, epoch) = (self.partition, self.epoch);
+        self.expect_ok(StoreRequest::Renew { partition, epoch }, "renew").await?;
+        if self.expiry.as_mut().is_some_and(|e| e.lasts(needed)) {
             Ok(())
         } else {
-            Err(StoreError::LeaseEnding { partition: self.partition, epoch: self.epoch, needed })
+            Err(StoreError::LeaseEnding { partition, epoch, needed })
         }
     }
 
     async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
+        let mut limit = None;
+        if let Some(e) = &mut self.expiry {
+            // Production SQLite's read-ahead: an unparked key's oldest row lies behind what was
+            // read ahead, so that is dropped; otherwise a buffered head is handed out while the
+            // lease lasts a delivery longer.
+            gate(&self.control, &self.worker).await;
+            if !e.skipped.is_subset(skip) {
+                e.ahead.clear();
+            }
+            e.skipped = skip.clone();
+            e.ahead.expires(e.until.get());
+            if let Some(head) = e.ahead.next(skip, e.clock.now(), e.delivery_timeout) {
+                return Ok(Some(head));
+            }
+            limit = Some(e.read_ahead);
+        }
         let req = StoreRequest::FetchHead {
             partition: self.partition,
             epoch: self.epoch,
             skip: skip.clone(),
+            limit,
         };
         match self.fenced(req, "fetch_head").await? {
-            StoreResponse::Head(head) => Ok(head.map(|h| StoredHead {
-                seq: h.seq,
-                event_id: h.event_id,
-                key: h.key,
-                payload: String::new(),
-                attempts: h.attempts,
-                wait: h.wait_us.map(Duration::from_micros),
-                last_error: h.last_error,
-            })),
+            StoreResponse::Head(head) => Ok(head.map(stored)),
+            StoreResponse::Heads(heads) => {
+                let Some(e) = &mut self.expiry else {
+                    return Err(unexpected("fetch_head", StoreResponse::Heads(heads)));
+                };
+                e.ahead.expires(e.until.get());
+                Ok(e.ahead.fill(heads.into_iter().map(stored).collect()))
+            }
             other => Err(unexpected("fetch_head", other)),
         }
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
+        if let Some(e) = &mut self.expiry {
+            e.ahead.acked(seq);
+        }
         self.expect_ok(
             StoreRequest::Ack { partition: self.partition, epoch: self.epoch, seq },
             "ack",
@@ -444,6 +498,10 @@ impl LeaseSession for SimLease {
         retry_in: Duration,
         error: &str,
     ) -> Result<(), StoreError> {
+        if let Some(e) = &mut self.expiry {
+            // The row changes: what was read ahead is read again.
+            e.ahead.clear();
+        }
         let req = StoreRequest::Retry {
             partition: self.partition,
             epoch: self.epoch,
@@ -461,6 +519,9 @@ impl LeaseSession for SimLease {
         attempts: u32,
         reason: &str,
     ) -> Result<(), StoreError> {
+        if let Some(e) = &mut self.expiry {
+            e.ahead.clear();
+        }
         let req = StoreRequest::DeadLetter {
             partition: self.partition,
             epoch: self.epoch,
@@ -487,6 +548,19 @@ impl LeaseSession for SimLease {
             }
             other => Err(unexpected("unlock", other)),
         }
+    }
+}
+
+/// A head row off the wire (the simulation carries no payloads).
+fn stored(h: WireHead) -> StoredHead {
+    StoredHead {
+        seq: h.seq,
+        event_id: h.event_id,
+        key: h.key,
+        payload: String::new(),
+        attempts: h.attempts,
+        wait: h.wait_us.map(Duration::from_micros),
+        last_error: h.last_error,
     }
 }
 

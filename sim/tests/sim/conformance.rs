@@ -101,6 +101,12 @@ impl Fixture for SimFixture {
     async fn break_lease(&self, partition: PartitionId) {
         let broke = self.state.borrow_mut().break_lease(partition, &self.rec);
         assert!(broke, "no lease held partition {partition}");
+        if let Some(client) = self.expiry {
+            // What the passing of the expiry does to the holder: its own view of the expiry,
+            // by which it hands out heads it read ahead, runs out (as the SQLite fixture does).
+            let window = EXPIRY.saturating_sub(client.delivery_timeout + client.margin);
+            tokio::time::sleep(window + Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -116,8 +122,12 @@ where
     state.borrow_mut().durable.expiry = expiry;
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::default()));
     sim.host("store", store::host(state.clone(), rec.clone(), DETECTION));
-    let settings =
-        expiry.map(|e| ExpiryClient { margin: Duration::from_millis(150), renew_every: e / 3 });
+    let settings = expiry.map(|e| ExpiryClient {
+        margin: Duration::from_millis(150),
+        renew_every: e / 3,
+        delivery_timeout: Duration::from_millis(500),
+        read_ahead: keyorder::store::sqlite::DEFAULT_READ_AHEAD as u32,
+    });
     let shared = Shared { state, rec, expiry: settings };
     sim.client("suite", async move {
         client(shared).await;
