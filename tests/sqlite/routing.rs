@@ -28,6 +28,31 @@ fn events(dir: &Path, file: &str, first: usize, n: usize, key: impl Fn(usize) ->
     std::fs::write(dir.join(file), lines.join("\n")).unwrap();
 }
 
+type KeyRows = Vec<(String, i64, i64, i64)>;
+
+/// The triggers' per-key counts (key, layout, partition, rows).
+fn counted(c: &Connection) -> KeyRows {
+    rows(
+        c,
+        "SELECT partition_key, layout, partition, queued FROM keyorder_key_rows ORDER BY 1, 2, 3",
+    )
+}
+
+/// The same, counted from the queue itself.
+fn grouped(c: &Connection) -> KeyRows {
+    rows(
+        c,
+        "SELECT partition_key, layout, partition, count(*) FROM delivery_queue
+         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+    )
+}
+
+fn rows(c: &Connection, sql: &str) -> KeyRows {
+    let mut stmt = c.prepare(sql).unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap();
+    rows.collect::<Result<_, _>>().unwrap()
+}
+
 fn layouts(c: &Connection) -> Vec<(i64, i64)> {
     c.prepare("SELECT epoch, partitions FROM keyorder_layout ORDER BY 1")
         .unwrap()
@@ -178,6 +203,8 @@ fn a_pin_moves_a_queued_key_without_a_split_for_keyorder_and_plain_sql_producers
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(placed, [(hashed, 0, 20), (target, 1, 21)], "old rows stay, new rows go to the pin");
+    assert_eq!(counted(&c), grouped(&c), "the per-key counts follow every insert and the pin");
+    assert!(counted(&c).contains(&("sub_1".into(), 0, hashed, 20)), "{:?}", counted(&c));
     let lag = text(&keyorder(&dir.0, &["lag"]));
     assert!(!lag.contains("WARNING"), "nothing is misplaced: {lag}");
     let out =
@@ -194,6 +221,7 @@ fn a_pin_moves_a_queued_key_without_a_split_for_keyorder_and_plain_sql_producers
         }
     }
     assert_eq!(seen.len(), 121, "every event delivered");
+    assert_eq!(counted(&c), [], "every acknowledgement took its row's count away");
     for key in ["sub_0", "sub_1", "sub_2", "sub_3", "sub_4"] {
         let seqs: Vec<i64> = firsts.iter().filter(|(k, _)| k == key).map(|(_, s)| *s).collect();
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{key} out of order: {seqs:?}");

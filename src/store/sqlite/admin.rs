@@ -101,7 +101,7 @@ impl Admin for SqliteAdmin {
 
     async fn queued_keys(&self) -> Result<Vec<(String, f64)>, StoreError> {
         let mut stmt = self.conn.prepare(
-            "SELECT partition_key, CAST(count(*) AS REAL) FROM delivery_queue GROUP BY 1 ORDER BY 1",
+            "SELECT partition_key, CAST(sum(queued) AS REAL) FROM keyorder_key_rows GROUP BY 1 ORDER BY 1",
         )?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)

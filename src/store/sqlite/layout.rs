@@ -74,8 +74,7 @@ pub fn state(c: &Connection) -> Result<RoutingState, StoreError> {
 /// Queued rows grouped by key, partition and layout, in that order.
 pub fn placements(c: &Connection) -> Result<Vec<Placement>, StoreError> {
     let mut stmt = c.prepare(
-        "SELECT partition_key, partition, layout, count(*) FROM delivery_queue
-         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        "SELECT partition_key, partition, layout, queued FROM keyorder_key_rows ORDER BY 1, 2, 3",
     )?;
     let rows = stmt.query_map([], |r| {
         Ok(Placement { key: r.get(0)?, partition: r.get(1)?, layout: r.get(2)?, rows: r.get(3)? })
@@ -110,10 +109,11 @@ pub fn change_pin(
         )
         .optional()?
         .map(|p| PartitionId(p as u16));
-    let queued: i64 =
-        tx.query_row("SELECT count(*) FROM delivery_queue WHERE partition_key = ?1", [key], |r| {
-            r.get(0)
-        })?;
+    let queued: i64 = tx.query_row(
+        "SELECT coalesce(sum(queued), 0) FROM keyorder_key_rows WHERE partition_key = ?1",
+        [key],
+        |r| r.get(0),
+    )?;
     if previous == partition {
         return Ok(PinChange { epoch, previous, queued_rows: queued, changed: false });
     }

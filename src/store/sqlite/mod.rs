@@ -616,7 +616,7 @@ const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
        q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
        max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
        CASE WHEN q.layout > 0 AND q.layout > (SELECT min(layout) FROM delivery_queue)
-         THEN EXISTS (SELECT 1 FROM delivery_queue o
+         THEN EXISTS (SELECT 1 FROM keyorder_key_rows o
            WHERE o.partition_key = q.partition_key AND o.layout < q.layout)
          ELSE 0 END
      FROM keyorder_lease l
@@ -632,7 +632,7 @@ const HEAD_SKIP_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
        q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
        max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
        CASE WHEN q.layout > 0 AND q.layout > (SELECT min(layout) FROM delivery_queue)
-         THEN EXISTS (SELECT 1 FROM delivery_queue o
+         THEN EXISTS (SELECT 1 FROM keyorder_key_rows o
            WHERE o.partition_key = q.partition_key AND o.layout < q.layout)
          ELSE 0 END
      FROM keyorder_lease l

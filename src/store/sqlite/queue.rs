@@ -146,7 +146,7 @@ pub fn lag(c: &Connection) -> Result<Vec<PartitionLag>, StoreError> {
 /// The `limit` keys with the most queued rows.
 pub fn heaviest_keys(c: &Connection, limit: i64) -> Result<Vec<KeyDepth>, StoreError> {
     let mut stmt = c.prepare(
-        "SELECT partition_key, count(*) FROM delivery_queue GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT ?1",
+        "SELECT partition_key, sum(queued) FROM keyorder_key_rows GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT ?1",
     )?;
     let rows = stmt.query_map([limit], |r| Ok(KeyDepth { key: r.get(0)?, depth: r.get(1)? }))?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -156,7 +156,7 @@ pub fn heaviest_keys(c: &Connection, limit: i64) -> Result<Vec<KeyDepth>, StoreE
 pub fn split_keys(c: &Connection, limit: i64) -> Result<Vec<SplitKey>, StoreError> {
     let mut stmt = c.prepare(
         "SELECT partition_key, group_concat(partition) FROM
-           (SELECT DISTINCT partition_key, partition FROM delivery_queue ORDER BY 1, 2)
+           (SELECT DISTINCT partition_key, partition FROM keyorder_key_rows ORDER BY 1, 2)
          GROUP BY 1 HAVING count(*) > 1 ORDER BY 1 LIMIT ?1",
     )?;
     let rows = stmt.query_map([limit], |r| {

@@ -115,6 +115,62 @@ const MIGRATIONS: &[&str] = &[
       WHERE seq = NEW.seq;
     END;
     "#,
+    // 7: queued rows counted per key, layout and partition, kept by triggers, in place of the
+    // key index. Every acknowledgement deleted an entry of `delivery_queue_key_idx`, and the
+    // entries of one key lie together: with more rows queued per key, the keys of one delete
+    // batch spread over more leaves, each a WAL frame written, checkpointed and synced. That
+    // was the drain's cost growing with depth. A count row per key is as many rows as keys, not
+    // as queued rows, so the pages a batch dirties no longer grow with the queue. The barrier,
+    // pins and the per-key reports read the counts. The insert trigger counts the row as
+    // inserted, then routes it: the routing update moves the count (the move trigger), so the
+    // counts stay right whichever way a row was inserted or changed.
+    r#"
+    CREATE TABLE keyorder_key_rows (
+      partition_key TEXT    NOT NULL,
+      layout        INTEGER NOT NULL,
+      partition     INTEGER NOT NULL,
+      queued        INTEGER NOT NULL CHECK (queued > 0),
+      PRIMARY KEY (partition_key, layout, partition)
+    ) WITHOUT ROWID;
+    INSERT INTO keyorder_key_rows (partition_key, layout, partition, queued)
+      SELECT partition_key, layout, partition, count(*) FROM delivery_queue
+      WHERE true GROUP BY 1, 2, 3;
+    DROP INDEX delivery_queue_key_idx;
+    DROP TRIGGER keyorder_route_insert;
+    CREATE TRIGGER keyorder_queue_insert AFTER INSERT ON delivery_queue
+    BEGIN
+      INSERT INTO keyorder_key_rows (partition_key, layout, partition, queued)
+        VALUES (NEW.partition_key, NEW.layout, NEW.partition, 1)
+        ON CONFLICT DO UPDATE SET queued = queued + 1;
+      UPDATE delivery_queue SET
+        layout = (SELECT max(epoch) FROM keyorder_layout),
+        partition = coalesce((SELECT partition FROM keyorder_pin
+                              WHERE partition_key = NEW.partition_key AND until_epoch IS NULL),
+                             NEW.partition)
+      WHERE seq = NEW.seq AND NEW.layout = 0
+        AND EXISTS (SELECT 1 FROM keyorder_layout WHERE epoch > 0);
+    END;
+    CREATE TRIGGER keyorder_queue_move
+    AFTER UPDATE OF partition_key, layout, partition ON delivery_queue
+    WHEN OLD.partition_key IS NOT NEW.partition_key OR OLD.layout IS NOT NEW.layout
+      OR OLD.partition IS NOT NEW.partition
+    BEGIN
+      DELETE FROM keyorder_key_rows WHERE partition_key = OLD.partition_key
+        AND layout = OLD.layout AND partition = OLD.partition AND queued = 1;
+      UPDATE keyorder_key_rows SET queued = queued - 1 WHERE partition_key = OLD.partition_key
+        AND layout = OLD.layout AND partition = OLD.partition;
+      INSERT INTO keyorder_key_rows (partition_key, layout, partition, queued)
+        VALUES (NEW.partition_key, NEW.layout, NEW.partition, 1)
+        ON CONFLICT DO UPDATE SET queued = queued + 1;
+    END;
+    CREATE TRIGGER keyorder_queue_delete AFTER DELETE ON delivery_queue
+    BEGIN
+      DELETE FROM keyorder_key_rows WHERE partition_key = OLD.partition_key
+        AND layout = OLD.layout AND partition = OLD.partition AND queued = 1;
+      UPDATE keyorder_key_rows SET queued = queued - 1 WHERE partition_key = OLD.partition_key
+        AND layout = OLD.layout AND partition = OLD.partition;
+    END;
+    "#,
 ];
 
 /// The schema version this build writes and expects (the same number as PostgreSQL's).
