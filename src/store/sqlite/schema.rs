@@ -311,13 +311,18 @@ fn check_version(path: &Path, found: Option<i32>, mode: OpenMode) -> Result<(), 
 /// Applies every migration not applied yet, each in its own `BEGIN IMMEDIATE` transaction (so
 /// two concurrent runs serialise). Returns the versions applied (empty when current).
 pub fn migrate(conn: &mut Connection) -> Result<Vec<i32>, StoreError> {
+    migrate_to(conn, SCHEMA_VERSION)
+}
+
+/// [`migrate`], stopping after version `last`: how the tests build a file of an older version.
+fn migrate_to(conn: &mut Connection, last: i32) -> Result<Vec<i32>, StoreError> {
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS keyorder_migrations (
            version    INTEGER PRIMARY KEY,
            applied_at REAL NOT NULL DEFAULT (unixepoch('subsec')))",
     )?;
     let mut applied = Vec::new();
-    for (i, sql) in MIGRATIONS.iter().enumerate() {
+    for (i, sql) in MIGRATIONS.iter().enumerate().take(last.max(0) as usize) {
         let version = i as i32 + 1;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let done =
@@ -352,5 +357,57 @@ pub fn require_current(conn: &Connection) -> Result<(), StoreError> {
                 other.map_or("none".to_owned(), |v| v.to_string())
             ),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Counts = Vec<(String, i64, i64, i64)>;
+
+    fn counts(c: &Connection) -> (Counts, Counts) {
+        let read = |sql: &str| -> Counts {
+            let mut st = c.prepare(sql).unwrap();
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)));
+            rows.unwrap().map(Result::unwrap).collect()
+        };
+        (
+            read("SELECT partition_key, layout, partition, queued FROM keyorder_key_rows ORDER BY 1, 2, 3"),
+            read(
+                "SELECT partition_key, layout, partition, count(*) FROM delivery_queue
+                 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            ),
+        )
+    }
+
+    /// A file of version 6 with rows queued, some in a newer layout and pinned elsewhere, is
+    /// migrated to 7: the counts start equal to the queue's and follow every later write.
+    #[test]
+    fn migration_7_counts_the_rows_a_populated_file_already_holds() {
+        let mut c = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate_to(&mut c, 6).unwrap(), vec![1, 2, 3, 4, 5, 6]);
+        c.execute_batch(
+            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload) VALUES
+               (1, 'a', 'e1', '{}'), (1, 'a', 'e2', '{}'), (2, 'b', 'e3', '{}');
+             UPDATE delivery_queue SET layout = 1, partition = 5 WHERE event_id = 'e2';",
+        )
+        .unwrap();
+        assert_eq!(migrate(&mut c).unwrap(), vec![7]);
+        let (kept, queued) = counts(&c);
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        assert_eq!(kept, queued);
+
+        c.execute_batch(
+            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+               VALUES (2, 'b', 'e4', '{}');
+             DELETE FROM delivery_queue WHERE event_id IN ('e1', 'e3');
+             UPDATE delivery_queue SET partition = 3 WHERE event_id = 'e4';",
+        )
+        .unwrap();
+        let (kept, queued) = counts(&c);
+        assert_eq!(kept, queued);
+        c.execute_batch("DELETE FROM delivery_queue").unwrap();
+        assert_eq!(counts(&c).0, vec![]);
     }
 }
