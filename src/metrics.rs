@@ -61,6 +61,7 @@ pub struct Metrics {
     oldest_wait: Family<Labels, Gauge<f64, AtomicU64>>,
     keys: Family<Labels, Gauge>,
     head_attempts: Family<Labels, Gauge>,
+    parked: Family<Labels, Gauge>,
     leases_held: Family<Labels, Gauge>,
     stranded: Gauge,
     misrouted: Gauge,
@@ -89,6 +90,7 @@ impl Metrics {
             oldest_wait: Family::default(),
             keys: Family::default(),
             head_attempts: Family::default(),
+            parked: Family::default(),
             leases_held: Family::default(),
             stranded: Gauge::default(),
             misrouted: Gauge::default(),
@@ -118,6 +120,11 @@ impl Metrics {
             "keyorder_partition_head_attempts",
             "Failed attempts recorded at the partition's head",
             m.head_attempts.clone(),
+        );
+        registry.register(
+            "keyorder_partition_parked_keys",
+            "Failing keys parked on a partition this process holds, waiting for their retry time",
+            m.parked.clone(),
         );
         registry.register(
             "keyorder_queue_stranded_rows",
@@ -197,13 +204,25 @@ impl Metrics {
                 self.acquired.get_or_create(&labels).inc();
                 self.leases_held.get_or_create(&labels).inc();
             }
-            WorkerEvent::Released { .. } => {
+            WorkerEvent::Released { partition, .. } => {
                 self.released.get_or_create(&labels).inc();
                 self.leases_held.get_or_create(&labels).dec();
+                self.parked.remove(&partition_labels(*partition));
             }
-            WorkerEvent::Lost { .. } | WorkerEvent::DrainRefused { .. } => {
+            WorkerEvent::Lost { partition, .. } | WorkerEvent::DrainRefused { partition, .. } => {
                 self.lost.get_or_create(&labels).inc();
                 self.leases_held.get_or_create(&labels).dec();
+                self.parked.remove(&partition_labels(*partition));
+            }
+            WorkerEvent::Parked { partition, keys } => {
+                let labels = partition_labels(*partition);
+                if *keys == 0 {
+                    self.parked.remove(&labels);
+                } else {
+                    self.parked
+                        .get_or_create(&labels)
+                        .set(i64::try_from(*keys).unwrap_or(i64::MAX));
+                }
             }
             WorkerEvent::StoreUnavailable { .. } => {
                 self.store_errors.get_or_create(&labels).inc();
@@ -231,6 +250,11 @@ impl Metrics {
         let _ = encode(&mut text, &self.registry);
         text
     }
+}
+
+/// The label set of a per-partition series.
+fn partition_labels(partition: crate::ids::PartitionId) -> Labels {
+    vec![("partition".to_owned(), partition.to_string())]
 }
 
 /// The metric names a text exposition carries: every `# TYPE` line's family, and for a counter

@@ -409,6 +409,11 @@ impl Drain {
         self.epoch.is_some()
     }
 
+    /// How many keys are parked now (at most [`DrainConfig::max_parked_keys`]).
+    pub fn parked_count(&self) -> usize {
+        self.parked.len()
+    }
+
     /// The keys parked now (their rows are skipped by head reads until their retry time).
     pub fn parked(&self) -> ParkedKeys {
         ParkedKeys(self.parked.keys().cloned().collect())

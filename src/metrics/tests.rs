@@ -50,6 +50,23 @@ fn worker_events_count_leases() {
     assert!(text.contains("keyorder_worker_leases_held{worker=\"w\"} 1"), "{text}");
 }
 
+#[test]
+fn parked_keys_follow_the_worker_and_go_with_the_lease() {
+    let m = Metrics::new();
+    let (partition, epoch) = (PartitionId(4), Epoch(1));
+    let series = "keyorder_partition_parked_keys{partition=\"4\"}";
+    m.observe("w", &WorkerEvent::Acquired { partition, epoch });
+    m.observe("w", &WorkerEvent::Parked { partition, keys: 2 });
+    assert!(m.encode().contains(&format!("{series} 2")), "{}", m.encode());
+    m.observe("w", &WorkerEvent::Parked { partition, keys: 1 });
+    assert!(m.encode().contains(&format!("{series} 1")), "{}", m.encode());
+    m.observe("w", &WorkerEvent::Parked { partition, keys: 0 });
+    assert!(!m.encode().contains(series), "none parked: no series");
+    m.observe("w", &WorkerEvent::Parked { partition, keys: 3 });
+    m.observe("w", &WorkerEvent::Lost { partition, epoch, error: "x".into() });
+    assert!(!m.encode().contains(series), "a lost lease's parked keys are another holder's now");
+}
+
 /// Identifiers in a PromQL expression that look like keyorder metric names.
 fn metric_names_in(expr: &str) -> Vec<String> {
     expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))

@@ -213,6 +213,15 @@ pub enum WorkerEvent {
         /// What the machine refused.
         error: String,
     },
+    /// The number of keys parked on a partition this worker holds changed: a failing key was
+    /// parked, or a parked key came due again or was dead-lettered. Reported on every change,
+    /// `keys: 0` once none is parked; a lease's end (released, lost) clears it.
+    Parked {
+        /// The partition.
+        partition: PartitionId,
+        /// Keys parked on it now.
+        keys: usize,
+    },
     /// The membership session failed; the worker reconnects after a pause.
     StoreUnavailable {
         /// What failed, with its causes.
@@ -382,6 +391,8 @@ impl<S: Store, D: Deliver, C: Clock + Clone + 'static> Worker<S, D, C> {
             clock: self.clock.clone(),
             drain,
             delivery_timeout: self.config.delivery_timeout,
+            observer: self.config.observer.clone(),
+            parked: 0,
             unsettled: false,
             inherited: lease.handover() == Handover::Unclean,
             #[cfg(test)]

@@ -12,6 +12,8 @@ use crate::ids::{PartitionId, Time};
 use crate::store::timed::TimedLease;
 use crate::store::{Handover, LeaseSession, StoreError, StoredHead};
 
+use super::{Observer, WorkerEvent};
+
 /// How a partition task ended.
 #[derive(Debug)]
 pub enum PartitionExit {
@@ -53,6 +55,10 @@ pub(super) struct PartitionTask<D, C> {
     pub(super) clock: C,
     pub(super) drain: DrainConfig,
     pub(super) delivery_timeout: Duration,
+    /// Told of each change in the number of parked keys.
+    pub(super) observer: Option<Observer>,
+    /// The number of parked keys last reported.
+    pub(super) parked: usize,
     /// Whether this holder's last delivery ended without an answer (timed out or broke off):
     /// the endpoint may still be working on it, so the hand-back is not clean.
     pub(super) unsettled: bool,
@@ -122,6 +128,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                     if let Err(err) = fed {
                         return Self::refused(lease, err).await;
                     }
+                    self.report_parked(&drain, partition);
                 }
             }
         }
@@ -132,6 +139,17 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
     /// knows: the caller stops and gives the lease back ([`Self::refused`]).
     fn feed(&self, drain: &mut Drain, input: Input) -> Result<(), DrainError> {
         drain.handle(input, self.clock.now())
+    }
+
+    /// Tells the observer when the number of parked keys changed since it was last told.
+    fn report_parked(&mut self, drain: &Drain, partition: PartitionId) {
+        let keys = drain.parked_count();
+        if keys != self.parked {
+            self.parked = keys;
+            if let Some(o) = &self.observer {
+                (o.0)(&WorkerEvent::Parked { partition, keys });
+            }
+        }
     }
 
     /// Gives the lease back after a refusal: unclean, since a delivery may still be out.
@@ -186,6 +204,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Action::Release { .. } => return Ok(Turn::Release),
             }
+            self.report_parked(drain, drain.partition());
             // A dropped sender asks for the lease back too, as it does in the idle `select!`.
             if !matches!(release.try_recv(), Err(TryRecvError::Empty)) {
                 self.feed(drain, Input::ReleaseRequested).map_err(Stop::Refused)?;

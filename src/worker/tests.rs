@@ -470,12 +470,17 @@ impl Harness {
 
     /// Queues an event on `partition`; its id is `e<seq>`.
     fn enqueue(&self, partition: u16) -> Seq {
+        self.enqueue_key(partition, &format!("k{partition}"))
+    }
+
+    /// Queues an event of `key` on `partition`; its id is `e<seq>`.
+    fn enqueue_key(&self, partition: u16, key: &str) -> Seq {
         let mut db = self.db.borrow_mut();
         db.next_seq += 1;
         let seq = Seq(db.next_seq);
         let row = Row {
             event_id: format!("e{}", seq.0),
-            key: format!("k{partition}"),
+            key: key.to_owned(),
             attempts: 0,
             not_before: None,
             last_error: None,
@@ -694,6 +699,40 @@ async fn a_failing_head_is_retried_per_the_policy_then_dead_lettered_and_the_nex
     .await;
 }
 
+/// Every change in a partition's parked keys is reported, in order, and only a change: what
+/// `--metrics-addr` exports as `keyorder_partition_parked_keys`.
+#[tokio::test(start_paused = true)]
+async fn each_change_in_the_parked_keys_is_reported() {
+    let h = Harness::new(1);
+    local(async {
+        let failing = h.enqueue_key(0, "a");
+        let other = h.enqueue_key(0, "b");
+        h.always(failing, Reply::Status(503, None));
+        let worker = h.start(h.config("w1"));
+        h.at(3000).await;
+        let parked: Vec<(u64, usize)> = h
+            .events()
+            .into_iter()
+            .filter_map(|(at, e)| match e {
+                WorkerEvent::Parked { partition, keys } if partition == p(0) => Some((at, keys)),
+                _ => None,
+            })
+            .collect();
+        let counts: Vec<usize> = parked.iter().map(|(_, k)| *k).collect();
+        // Parked at each of its first two failures, due again before each retry; the third
+        // failure dead-letters it without parking.
+        assert_eq!(counts, [1, 0, 1, 0], "{parked:?}");
+        let b = h.delivered().into_iter().find(|d| d.seq == other).expect("b delivered");
+        assert!(
+            parked[0].0 <= ms(b.at) && ms(b.at) < parked[1].0,
+            "b went out while a was parked: {parked:?}, b at {}",
+            ms(b.at)
+        );
+        worker.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_endpoints_retry_after_is_the_least_wait() {
     let h = Harness::new(1);
@@ -811,6 +850,8 @@ async fn a_partition_task_whose_worker_is_gone_gives_its_lease_back_after_the_de
             clock: h.clock,
             drain: crate::drain::DrainConfig::new(p(0), 0),
             delivery_timeout: Duration::from_secs(2),
+            observer: None,
+            parked: 0,
             unsettled: false,
             inherited: false,
             repeat_results: false,

@@ -1,7 +1,7 @@
 //! `keyorder work --metrics-addr` on a SQLite file: `/metrics` during a drain agrees with the
-//! store (depth per partition, oldest wait) and with the receiver, and `/healthz` answers 200
-//! once a partition is leased. (SQLite has no "store down" to test: the file is opened in
-//! process; tests/pg covers the 503 when its server stops.)
+//! store (depth per partition, oldest wait, parked keys) and with the receiver, and `/healthz`
+//! answers 200 once a partition is leased. (SQLite has no "store down" to test: the file is
+//! opened in process; tests/pg covers the 503 when its server stops.)
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -101,6 +101,28 @@ fn metrics_during_a_drain_agree_with_the_store_and_the_receiver() {
     }
     assert!(body.contains("keyorder_worker_leases_acquired_total{worker=\"worker\"} 16"), "{body}");
     assert!(body.contains("keyorder_worker_leases_held{worker=\"worker\"} 16"), "{body}");
+    // Every head fails, so failing keys are parked while their partition tries the next key:
+    // the gauge shows them, never more than the keys a partition has queued.
+    let keys: BTreeMap<i64, f64> = c
+        .prepare("SELECT partition, count(DISTINCT partition_key) FROM delivery_queue GROUP BY 1")
+        .unwrap()
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as f64)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, body) = get(port, "/metrics").expect("scrape");
+        let parked = by_partition(&body, "keyorder_partition_parked_keys");
+        for (p, n) in &parked {
+            assert!(*n >= 1.0 && *n <= keys[p], "partition {p}: {n} parked of {} keys", keys[p]);
+        }
+        if !parked.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no parked key shown while every head fails: {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // Now let them through: the drain empties every partition's series.
     endpoint.shared.lock().unwrap().poison.clear();
@@ -127,6 +149,7 @@ fn metrics_during_a_drain_agree_with_the_store_and_the_receiver() {
     assert_eq!(count("retried"), refused, "each 500 the receiver sent is one retry: {body}");
     assert_eq!(count("dead_lettered"), 0, "{body}");
     assert!(body.contains("keyorder_worker_delivery_seconds_count{worker=\"worker\"}"), "{body}");
+    assert!(by_partition(&body, "keyorder_partition_parked_keys").is_empty(), "{body}");
 }
 
 #[test]
