@@ -110,6 +110,7 @@ fn metrics_during_a_drain_agree_with_the_store_and_the_receiver() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
+    assert_eq!(by_partition(&body, "keyorder_partition_keys"), keys, "{body}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (_, body) = get(port, "/metrics").expect("scrape");

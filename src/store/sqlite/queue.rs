@@ -117,13 +117,19 @@ pub fn consumer_count(c: &Connection) -> Result<Option<PartitionCount>, StoreErr
 }
 
 /// Per-partition depth, oldest wait, keys affected and attempts at the head, oldest first.
+///
+/// Reads the per-key counts and one row per partition, not the queue: `work --metrics-addr`
+/// runs this every second, and a scan of a deep queue took 0.7 s of CPU at 1,000,000 rows.
+/// The oldest wait is the head's (the partition's first row by seq): rows are inserted with
+/// the insert time, and SQLite commits one writer at a time, so seq order is enqueue order.
 pub fn lag(c: &Connection) -> Result<Vec<PartitionLag>, StoreError> {
     let mut stmt = c.prepare(
         "WITH g AS (
-           SELECT partition, count(*) AS depth, max(unixepoch('subsec') - min(enqueued_at), 0) AS wait,
-                  count(DISTINCT partition_key) AS keys, min(seq) AS head
-           FROM delivery_queue GROUP BY partition)
-         SELECT g.partition, g.depth, g.wait, g.keys, h.attempts, h.last_error,
+           SELECT partition, sum(queued) AS depth, count(DISTINCT partition_key) AS keys,
+                  (SELECT min(seq) FROM delivery_queue q WHERE q.partition = k.partition) AS head
+           FROM keyorder_key_rows k GROUP BY partition)
+         SELECT g.partition, g.depth, max(unixepoch('subsec') - h.enqueued_at, 0) AS wait, g.keys,
+                h.attempts, h.last_error,
                 strftime('%Y-%m-%d %H:%M:%f+00', h.not_before, 'unixepoch'),
                 CASE WHEN h.not_before IS NOT NULL THEN max(h.not_before - unixepoch('subsec'), 0) END
          FROM g JOIN delivery_queue h ON h.seq = g.head ORDER BY 3 DESC, 1",
