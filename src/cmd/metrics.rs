@@ -19,16 +19,22 @@ use keyorder::http::serve::{serve_pages, Page};
 use keyorder::metrics::{DeliveryOutcome, Metrics, CONTENT_TYPE};
 use keyorder::store::admin::{Admin, OpenMode};
 use keyorder::store::open::{AdminConn, Location};
+use keyorder::store::StoreError;
 use keyorder::worker::{Observer, WorkerEvent};
 use keyorder::PartitionId;
+use tokio::time::error::Elapsed;
 
 use super::bad_input::BadInput;
 
-/// The lag query runs at most this often, however often `/metrics` or `/healthz` is asked.
+/// The lag query (for `/metrics`) and the health check's query (for `/healthz`) each run at
+/// most this often, however often the pages are asked.
 const REFRESH: Duration = Duration::from_secs(1);
-/// How long opening the admin connection or the lag query may take before the store counts as
-/// unreachable.
+/// How long opening the admin connection or the health check's query may take before the store
+/// counts as unreachable.
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the lag query may take. It reads every queued row on PostgreSQL, so a deep backlog
+/// makes it slow without anything being wrong; `/healthz` does not wait for it.
+const LAG_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the worker loops report into: shared by every loop's observer and the server.
 #[derive(Clone, Debug)]
@@ -150,13 +156,14 @@ pub(crate) fn start(addr: &str, location: Location) -> anyhow::Result<MetricsHan
         location,
         handle: handle.clone(),
         admin: RefCell::new(None),
-        last: Cell::new(None),
+        last_lag: Cell::new(None),
+        last_check: Cell::new(None),
         reachable: Cell::new(false),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || rt.block_on(serve(listener, Rc::new(state))))
+        .spawn(move || tokio::task::LocalSet::new().block_on(&rt, serve(listener, Rc::new(state))))
         .context("starting the metrics server")?;
     eprintln!("keyorder work: metrics on http://{bound}/metrics, health on http://{bound}/healthz");
     Ok(handle)
@@ -167,54 +174,96 @@ struct State {
     location: Location,
     handle: MetricsHandle,
     admin: RefCell<Option<AdminConn>>,
-    #[allow(clippy::disallowed_methods)] // not simulated: rate-limits the lag query in real time
-    last: Cell<Option<Instant>>,
-    /// Whether the last lag query answered.
+    /// When the lag was last read.
+    #[allow(clippy::disallowed_methods)]
+    // not simulated: rate-limits the lag query in real time
+    last_lag: Cell<Option<Instant>>,
+    /// When the store was last asked for the health check.
+    #[allow(clippy::disallowed_methods)] // not simulated: rate-limits the check in real time
+    last_check: Cell<Option<Instant>>,
+    /// Whether the store answered the last query asked of it.
     reachable: Cell<bool>,
 }
 
 impl State {
-    /// Re-reads the lag unless it was read less than [`REFRESH`] ago; a failure drops the
-    /// connection (reopened next time) and marks the store unreachable.
-    #[allow(clippy::disallowed_methods)] // not simulated: rate-limits the lag query in real time
-    async fn refresh(&self) {
-        if self.last.get().is_some_and(|t| t.elapsed() < REFRESH) {
-            return;
+    /// Whether `last` was less than [`REFRESH`] ago; if not, sets it to now.
+    #[allow(clippy::disallowed_methods)] // not simulated: rate-limits queries in real time
+    fn recent(last: &Cell<Option<Instant>>) -> bool {
+        if last.get().is_some_and(|t| t.elapsed() < REFRESH) {
+            return true;
         }
-        self.last.set(Some(Instant::now()));
-        let admin = self.admin.take();
-        let admin = match admin {
-            Some(a) => a,
-            None => {
-                match tokio::time::timeout(
-                    STORE_TIMEOUT,
-                    self.location.open_admin(OpenMode::Existing),
-                )
-                .await
-                {
-                    Ok(Ok(a)) => a,
-                    _ => return self.reachable.set(false),
-                }
+        last.set(Some(Instant::now()));
+        false
+    }
+
+    /// The admin connection, opened if there is none; `None` (and the store marked
+    /// unreachable) when opening fails or takes longer than [`STORE_TIMEOUT`].
+    async fn admin(&self) -> Option<AdminConn> {
+        if let Some(a) = self.admin.take() {
+            return Some(a);
+        }
+        match tokio::time::timeout(STORE_TIMEOUT, self.location.open_admin(OpenMode::Existing))
+            .await
+        {
+            Ok(Ok(a)) => Some(a),
+            _ => {
+                self.reachable.set(false);
+                None
             }
-        };
-        match tokio::time::timeout(STORE_TIMEOUT, admin.lag()).await {
-            Ok(Ok(lag)) => {
-                self.handle.metrics.set_lag(&lag);
+        }
+    }
+
+    /// Records whether a query answered within its time; a failure drops the connection
+    /// (reopened next time) and marks the store unreachable.
+    fn answered<T>(
+        &self,
+        admin: AdminConn,
+        result: Result<Result<T, StoreError>, Elapsed>,
+    ) -> Option<T> {
+        match result {
+            Ok(Ok(value)) => {
                 self.reachable.set(true);
                 self.admin.replace(Some(admin));
+                Some(value)
             }
-            _ => self.reachable.set(false),
+            _ => {
+                self.reachable.set(false);
+                None
+            }
         }
+    }
+
+    /// Re-reads the lag unless it was read less than [`REFRESH`] ago.
+    async fn refresh_lag(&self) {
+        if Self::recent(&self.last_lag) {
+            return;
+        }
+        let Some(admin) = self.admin().await else { return };
+        let lag = tokio::time::timeout(LAG_TIMEOUT, admin.lag()).await;
+        if let Some(lag) = self.answered(admin, lag) {
+            self.handle.metrics.set_lag(&lag);
+        }
+    }
+
+    /// Asks the store a light question (the routing records), unless it was asked less than
+    /// [`REFRESH`] ago: whether the store is reachable does not depend on how deep the queue is.
+    async fn check(&self) {
+        if Self::recent(&self.last_check) {
+            return;
+        }
+        let Some(admin) = self.admin().await else { return };
+        let routing = tokio::time::timeout(STORE_TIMEOUT, admin.routing_state()).await;
+        self.answered(admin, routing);
     }
 
     async fn answer(&self, path: &str) -> Page {
         match path {
             "/metrics" => {
-                self.refresh().await;
+                self.refresh_lag().await;
                 Page { status: 200, content_type: CONTENT_TYPE, body: self.handle.metrics.encode() }
             }
             "/healthz" => {
-                self.refresh().await;
+                self.check().await;
                 let leased = self.handle.leased.load(Ordering::Relaxed);
                 match (self.reachable.get(), leased) {
                     (true, true) => Page::text(200, "ok\n"),

@@ -1,10 +1,11 @@
 //! A small plain-HTTP/1.1 server of read-only pages (the worker's `/metrics` and `/healthz`),
 //! so that code outside `src/http/` serves pages without naming hyper.
 //!
-//! What it guarantees: one connection at a time, no keep-alive, every connection bounded by
-//! [`CONNECTION_TIMEOUT`]; the request's path (without its query) is handed to the page
-//! function and its [`Page`] is the reply, whatever the method. A connection that fails is
-//! dropped and the next one accepted; the loop ends only with its runtime.
+//! What it guarantees: connections served side by side on the calling thread (a slow page,
+//! such as a lag query over a deep queue, does not hold up a health check), no keep-alive,
+//! every connection bounded by [`CONNECTION_TIMEOUT`]; the request's path (without its query)
+//! is handed to the page function and its [`Page`] is the reply, whatever the method. A
+//! connection that fails is dropped; the loop ends only with its runtime.
 
 use std::future::Future;
 use std::time::Duration;
@@ -38,12 +39,13 @@ impl Page {
 }
 
 /// Serves `listener` until the runtime ends: each request's path goes to `page`, whose
-/// answer is the reply. Requests are answered one at a time (scrapes are rare and short), so
-/// `page` may hold state that is not `Send` or `Sync`.
+/// answer is the reply. Each connection is a task of the current `LocalSet` (this must run
+/// inside one), so `page` may hold state that is not `Send` or `Sync`, and one slow answer
+/// does not delay the others.
 pub async fn serve_pages<F, Fut>(listener: tokio::net::TcpListener, page: F)
 where
-    F: Fn(String) -> Fut + Clone,
-    Fut: Future<Output = Page>,
+    F: Fn(String) -> Fut + Clone + 'static,
+    Fut: Future<Output = Page> + 'static,
 {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
@@ -55,7 +57,9 @@ where
         let conn = hyper::server::conn::http1::Builder::new()
             .keep_alive(false)
             .serve_connection(TokioIo::new(stream), service);
-        let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+        tokio::task::spawn_local(async move {
+            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+        });
     }
 }
 
@@ -112,6 +116,34 @@ mod tests {
                 );
                 let bad = get(addr, "/bad").await;
                 assert!(bad.starts_with("HTTP/1.1 500"), "{bad}");
+            })
+            .await;
+    }
+
+    /// A page that never answers (a lag query over a deep queue) does not hold up the next
+    /// request: served one at a time, the quick page would wait the whole connection timeout.
+    #[tokio::test]
+    async fn a_slow_page_does_not_hold_up_another() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pages = |path: String| async move {
+            if path == "/slow" {
+                std::future::pending::<()>().await;
+            }
+            Page::text(200, "quick")
+        };
+        let server = tokio::task::LocalSet::new();
+        server
+            .run_until(async move {
+                tokio::task::spawn_local(serve_pages(listener, pages));
+                let slow = tokio::task::spawn_local(get(addr, "/slow"));
+                tokio::task::yield_now().await;
+                let quick = tokio::time::timeout(Duration::from_secs(3), get(addr, "/quick"))
+                    .await
+                    .expect("the quick page waited for the slow one");
+                assert!(quick.ends_with("quick"), "{quick}");
+                assert!(!slow.is_finished(), "the slow page is still being worked on");
+                slow.abort();
             })
             .await;
     }

@@ -36,8 +36,9 @@ pub trait Fixture {
     async fn queued(&self) -> Vec<(i64, u16)>;
     /// Dead-lettered rows: `(seq, event_id, attempts, reason)`.
     async fn dead(&self) -> Vec<(i64, String, i64, String)>;
-    /// `(partition, depth, head attempts)` as the store's lag report gives them.
-    async fn lag(&self) -> Vec<(i64, i64, i64)>;
+    /// `(partition, depth, head attempts, keys)` as the store's lag report gives them, and
+    /// each partition's oldest wait in seconds.
+    async fn lag(&self) -> Vec<((i64, i64, i64, i64), f64)>;
     /// The head row's `(attempts, last_error)` of `seq`.
     async fn row(&self, seq: i64) -> Option<(i64, Option<String>)>;
     /// Makes `partition`'s current lease lost the way this store loses one (PostgreSQL: the
@@ -201,7 +202,8 @@ pub async fn retry_bookkeeping<F: Fixture>(fx: &F) {
     l.schedule_retry(head.seq, 2, Duration::ZERO, "timeout").await.unwrap();
     let due = l.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().unwrap();
     assert_eq!((due.attempts, due.wait), (2, None), "a due retry has no wait");
-    assert_eq!(fx.lag().await, vec![(1, 2, 2)], "lag shows depth 2 and the head's attempts");
+    let lag: Vec<_> = fx.lag().await.into_iter().map(|(l, _)| l).collect();
+    assert_eq!(lag, vec![(1, 2, 2, 1)], "lag shows depth 2 and the head's attempts");
 }
 
 /// Dead-lettering moves the row to the DLQ with its reason and attempts, atomically: the row is
@@ -277,17 +279,22 @@ pub async fn duplicate_event_id<F: Fixture>(fx: &F) {
     assert_eq!(fx.queued().await.len(), 2);
 }
 
-/// The lag report: depth per partition, and the count of live workers.
+/// The lag report: depth, keys and oldest wait per partition, and the count of live workers.
 pub async fn lag_and_membership<F: Fixture>(fx: &F) {
     let mut events = Vec::new();
     for i in 0..3 {
         events.push(event(&format!("a{i}"), &key_on(0, 0)));
     }
+    events.push(event("a3", &key_on(0, 1)));
     events.push(event("b0", &key_on(3, 0)));
     fx.enqueue(&events).await;
     let mut lag = fx.lag().await;
-    lag.sort();
-    assert_eq!(lag, vec![(0, 3, 0), (3, 1, 0)]);
+    lag.sort_by_key(|(l, _)| *l);
+    let figures: Vec<_> = lag.iter().map(|(l, _)| *l).collect();
+    assert_eq!(figures, vec![(0, 4, 0, 2), (3, 1, 0, 1)], "depth 4 of two keys, and 1 of one");
+    for (l, wait) in &lag {
+        assert!((0.0..60.0).contains(wait), "partition {}: oldest wait {wait} s", l.0);
+    }
     let s = fx.store();
     let mut one = s.connect("one").await.unwrap();
     assert_eq!(one.live_workers().await.unwrap(), 1);

@@ -49,13 +49,16 @@ impl Fixture for PgFixture {
             .collect()
     }
 
-    async fn lag(&self) -> Vec<(i64, i64, i64)> {
+    async fn lag(&self) -> Vec<((i64, i64, i64, i64), f64)> {
         let c = client(&self.url).await;
         queue::lag(&c)
             .await
             .unwrap()
             .iter()
-            .map(|l| (i64::from(l.partition), l.depth, i64::from(l.head_attempts)))
+            .map(|l| {
+                let figures = (i64::from(l.partition), l.depth, i64::from(l.head_attempts));
+                ((figures.0, figures.1, figures.2, l.keys_affected), l.oldest_wait_seconds)
+            })
             .collect()
     }
 
