@@ -78,17 +78,23 @@ impl Fixture for SimFixture {
         .collect()
     }
 
-    async fn lag(&self) -> Vec<(i64, i64, i64)> {
+    async fn lag(&self) -> Vec<((i64, i64, i64, i64), f64)> {
         let state = self.state.borrow();
-        let mut lag: Vec<(i64, i64, i64)> = Vec::new();
+        let mut lag: Vec<(i64, i64, i64, std::collections::BTreeSet<&str>)> = Vec::new();
         // Rows are in (partition, seq) order: the first of a partition is its head.
         for ((p, _), row) in &state.durable.rows {
             match lag.last_mut() {
-                Some(last) if last.0 == i64::from(p.0) => last.1 += 1,
-                _ => lag.push((i64::from(p.0), 1, i64::from(row.attempts))),
+                Some(last) if last.0 == i64::from(p.0) => {
+                    last.1 += 1;
+                    last.3.insert(&row.key);
+                }
+                _ => lag.push((i64::from(p.0), 1, i64::from(row.attempts), [&*row.key].into())),
             }
         }
-        lag
+        // The simulated store keeps no enqueue time: its rows are as old as the run.
+        lag.into_iter()
+            .map(|(p, depth, attempts, keys)| ((p, depth, attempts, keys.len() as i64), 0.0))
+            .collect()
     }
 
     async fn row(&self, seq: i64) -> Option<(i64, Option<String>)> {
