@@ -37,6 +37,16 @@ fn by_partition(body: &str, name: &str) -> BTreeMap<i64, f64> {
         .collect()
 }
 
+/// `figure` (an aggregate over `delivery_queue`) per partition, straight from the file.
+fn per_partition(c: &Connection, figure: &str) -> BTreeMap<i64, f64> {
+    c.prepare(&format!("SELECT partition, {figure} FROM delivery_queue GROUP BY 1"))
+        .unwrap()
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as f64)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -83,13 +93,7 @@ fn metrics_during_a_drain_agree_with_the_store_and_the_receiver() {
     let (status, body) = get(port, "/metrics").expect("scrape");
     assert_eq!(status, 200);
     let c = Connection::open(dir.path("keyorder.db")).unwrap();
-    let store: BTreeMap<i64, f64> = c
-        .prepare("SELECT partition, count(*) FROM delivery_queue GROUP BY 1")
-        .unwrap()
-        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as f64)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let store = per_partition(&c, "count(*)");
     assert_eq!(store.values().sum::<f64>(), n as f64, "nothing delivered yet");
     assert_eq!(by_partition(&body, "keyorder_partition_depth"), store, "{body}");
     let age = enqueued.elapsed().as_secs_f64();
@@ -103,13 +107,7 @@ fn metrics_during_a_drain_agree_with_the_store_and_the_receiver() {
     assert!(body.contains("keyorder_worker_leases_held{worker=\"worker\"} 16"), "{body}");
     // Every head fails, so failing keys are parked while their partition tries the next key:
     // the gauge shows them, never more than the keys a partition has queued.
-    let keys: BTreeMap<i64, f64> = c
-        .prepare("SELECT partition, count(DISTINCT partition_key) FROM delivery_queue GROUP BY 1")
-        .unwrap()
-        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)? as f64)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let keys = per_partition(&c, "count(DISTINCT partition_key)");
     assert_eq!(by_partition(&body, "keyorder_partition_keys"), keys, "{body}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
