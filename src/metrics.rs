@@ -182,7 +182,7 @@ impl Metrics {
         self.keys.clear();
         self.head_attempts.clear();
         for l in lag {
-            let labels = vec![("partition".to_owned(), l.partition.to_string())];
+            let labels = partition_labels(l.partition);
             self.depth.get_or_create(&labels).set(l.depth);
             self.oldest_wait.get_or_create(&labels).set(l.oldest_wait_seconds);
             self.keys.get_or_create(&labels).set(l.keys_affected);
@@ -207,15 +207,15 @@ impl Metrics {
             WorkerEvent::Released { partition, .. } => {
                 self.released.get_or_create(&labels).inc();
                 self.leases_held.get_or_create(&labels).dec();
-                self.parked.remove(&partition_labels(*partition));
+                self.parked.remove(&partition_labels(partition));
             }
             WorkerEvent::Lost { partition, .. } | WorkerEvent::DrainRefused { partition, .. } => {
                 self.lost.get_or_create(&labels).inc();
                 self.leases_held.get_or_create(&labels).dec();
-                self.parked.remove(&partition_labels(*partition));
+                self.parked.remove(&partition_labels(partition));
             }
             WorkerEvent::Parked { partition, keys } => {
-                let labels = partition_labels(*partition);
+                let labels = partition_labels(partition);
                 if *keys == 0 {
                     self.parked.remove(&labels);
                 } else {
@@ -253,7 +253,7 @@ impl Metrics {
 }
 
 /// The label set of a per-partition series.
-fn partition_labels(partition: crate::ids::PartitionId) -> Labels {
+fn partition_labels(partition: impl std::fmt::Display) -> Labels {
     vec![("partition".to_owned(), partition.to_string())]
 }
 

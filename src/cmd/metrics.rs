@@ -175,8 +175,7 @@ struct State {
     handle: MetricsHandle,
     admin: RefCell<Option<AdminConn>>,
     /// When the lag was last read.
-    #[allow(clippy::disallowed_methods)]
-    // not simulated: rate-limits the lag query in real time
+    #[allow(clippy::disallowed_methods)] // not simulated: rate-limits the query in real time
     last_lag: Cell<Option<Instant>>,
     /// When the store was last asked for the health check.
     #[allow(clippy::disallowed_methods)] // not simulated: rate-limits the check in real time

@@ -128,7 +128,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                     if let Err(err) = fed {
                         return Self::refused(lease, err).await;
                     }
-                    self.report_parked(&drain, partition);
+                    self.report_parked(&drain);
                 }
             }
         }
@@ -142,12 +142,12 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
     }
 
     /// Tells the observer when the number of parked keys changed since it was last told.
-    fn report_parked(&mut self, drain: &Drain, partition: PartitionId) {
+    fn report_parked(&mut self, drain: &Drain) {
         let keys = drain.parked_count();
         if keys != self.parked {
             self.parked = keys;
             if let Some(o) = &self.observer {
-                (o.0)(&WorkerEvent::Parked { partition, keys });
+                (o.0)(&WorkerEvent::Parked { partition: drain.partition(), keys });
             }
         }
     }
@@ -204,7 +204,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 }
                 Action::Release { .. } => return Ok(Turn::Release),
             }
-            self.report_parked(drain, drain.partition());
+            self.report_parked(drain);
             // A dropped sender asks for the lease back too, as it does in the idle `select!`.
             if !matches!(release.try_recv(), Err(TryRecvError::Empty)) {
                 self.feed(drain, Input::ReleaseRequested).map_err(Stop::Refused)?;

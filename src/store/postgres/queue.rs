@@ -136,7 +136,8 @@ pub async fn consumer_count(client: &Client) -> Result<Option<PartitionCount>, S
 ///
 /// Grouped by key first, then by partition: two hash aggregates over one scan instead of the
 /// sort `count(DISTINCT partition_key)` needs (at 1,000,000 queued rows 0.27 s against 0.82 s
-/// on one core); `work --metrics-addr` runs it on scrapes and health checks.
+/// on one core, `max_parallel_workers_per_gather = 0`); `work --metrics-addr` runs it on
+/// scrapes.
 pub async fn lag(client: &Client) -> Result<Vec<PartitionLag>, StoreError> {
     let rows = client
         .query(
