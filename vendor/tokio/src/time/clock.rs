@@ -24,6 +24,11 @@ cfg_not_test_util! {
         pub(crate) fn now(&self) -> Instant {
             now()
         }
+
+        /// keyorder patch: whether the clock is paused (never, without `test-util`).
+        pub(crate) fn is_frozen(&self) -> bool {
+            false
+        }
     }
 }
 
@@ -354,6 +359,11 @@ cfg_test_util! {
         pub(crate) fn can_auto_advance(&self) -> bool {
             let inner = self.inner.lock();
             inner.unfrozen.is_none() && inner.auto_advance_inhibit_count == 0
+        }
+
+        /// keyorder patch: whether the clock is paused.
+        pub(crate) fn is_frozen(&self) -> bool {
+            self.inner.lock().unfrozen.is_none()
         }
 
         pub(crate) fn advance(&self, duration: Duration) -> Result<(), &'static str> {

@@ -15,6 +15,9 @@ pub(crate) struct MetricsBatch {
     /// Instant at which work last resumed (continued after park).
     processing_scheduled_tasks_started_at: Option<Instant>,
 
+    /// keyorder patch: whether busy duration is timed (not for a runtime in simulated time).
+    busy_timing: bool,
+
     /// Number of times the worker parked.
     park_count: u64,
 
@@ -82,6 +85,7 @@ impl MetricsBatch {
                 MetricsBatch {
                     busy_duration_total: 0,
                     processing_scheduled_tasks_started_at: maybe_now,
+                    busy_timing: true,
                     park_count: 0,
                     park_unpark_count: 0,
                 }
@@ -119,6 +123,7 @@ impl MetricsBatch {
                     overflow_count: 0,
                     busy_duration_total: 0,
                     processing_scheduled_tasks_started_at: maybe_now,
+                    busy_timing: true,
                     poll_timer,
                     #[cfg(all(tokio_unstable, feature = "schedule-latency"))]
                     schedule_latencies,
@@ -209,8 +214,17 @@ impl MetricsBatch {
     }
 
     /// Start processing a batch of tasks
+    /// keyorder patch: stops timing busy duration (it stays zero).
+    pub(crate) fn without_busy_timing(mut self) -> Self {
+        self.busy_timing = false;
+        self.processing_scheduled_tasks_started_at = None;
+        self
+    }
+
     pub(crate) fn start_processing_scheduled_tasks(&mut self) {
-        self.processing_scheduled_tasks_started_at = now();
+        if self.busy_timing {
+            self.processing_scheduled_tasks_started_at = now();
+        }
     }
 
     /// Stop processing a batch of tasks
