@@ -47,6 +47,10 @@ pub(crate) struct Config {
     /// simulation step
     pub(crate) random_node_order: bool,
 
+    /// keyorder patch: skip hosts (and whole steps) with nothing to do; see
+    /// `Builder::skip_idle`.
+    pub(crate) skip_idle: bool,
+
     /// Filesystem configuration
     #[cfg(feature = "unstable-fs")]
     pub(crate) fs: FsConfig,
@@ -103,6 +107,7 @@ impl Default for Config {
             udp_capacity: 64,
             enable_tokio_io: false,
             random_node_order: false,
+            skip_idle: true,
             #[cfg(feature = "unstable-fs")]
             fs: FsConfig::default(),
         }

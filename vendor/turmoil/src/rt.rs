@@ -1,7 +1,10 @@
+use std::cell::RefCell;
 use std::future::Future;
 use std::mem;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 
 use rand::rngs::SmallRng;
 use tokio::runtime::Runtime;
@@ -66,6 +69,99 @@ pub struct Rt<'a> {
 
     /// Runtime configuration.
     config: Config,
+
+    /// keyorder patch: records wakes of the local tasks (see [`Wakes`]).
+    wakes: Arc<Wakes>,
+
+    /// A waker over `wakes`, registered with the local set on every poll.
+    wakes_waker: Waker,
+
+    /// keyorder patch: how long after the clock's reading at the end of the last tick the
+    /// timer wheel first needs processing (`Duration::MAX`: no timer); zero when unknown
+    /// or when tasks are spawned on the runtime itself, whose wakes `wakes` does not see.
+    timers_quiet_for: Duration,
+
+    /// keyorder patch: how far this runtime's clock is behind the simulation, over ticks
+    /// skipped because nothing in the runtime could run in them (see [`Rt::idle_ticks`]).
+    lag: Duration,
+}
+
+/// keyorder patch: whether a local task of the host was woken since the local set was last
+/// polled. A task woken while its local set is not being polled (by a timer firing, by the
+/// network delivering to one of its sockets, by another host) makes tokio wake the local
+/// set's registered waker, which is this one; a task woken by another task during a poll
+/// is run in that poll, or the local set wakes this waker because tasks remain. So a
+/// runtime with this flag clear has no task ready to run. Wakes are forwarded to the
+/// runtime's own waker, so tokio sees exactly the wakes it saw before.
+#[derive(Default)]
+pub(crate) struct Wakes {
+    woken: AtomicBool,
+    forward: Mutex<Option<Waker>>,
+}
+
+impl Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Relaxed);
+        if let Some(waker) = self.forward.lock().expect("never poisoned").as_ref() {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+/// Polls the tick's `run_until` with the [`Wakes`] waker in place of the runtime's, so the
+/// local set registers it; the runtime's waker goes to `forward` and to `outer`, for the
+/// tick's own sleep.
+struct Tracked<'w, F> {
+    wakes: &'w Arc<Wakes>,
+    waker: &'w Waker,
+    outer: &'w RefCell<Option<Waker>>,
+    inner: Pin<&'w mut F>,
+}
+
+impl<F: Future> Future for Tracked<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let me = self.get_mut();
+        let stale = me
+            .outer
+            .borrow()
+            .as_ref()
+            .is_none_or(|w| !w.will_wake(cx.waker()));
+        if stale {
+            *me.outer.borrow_mut() = Some(cx.waker().clone());
+            *me.wakes.forward.lock().expect("never poisoned") = Some(cx.waker().clone());
+        }
+        // This poll runs what was woken before it, unless the sleep is over first: then
+        // `run_until` returns without polling the local set, and the wakes stand.
+        let woken = me.wakes.woken.swap(false, Relaxed);
+        let out = me.inner.as_mut().poll(&mut Context::from_waker(me.waker));
+        if out.is_ready() && woken {
+            me.wakes.woken.store(true, Relaxed);
+        }
+        out
+    }
+}
+
+/// The tick's sleep, polled with the runtime's own waker: its firing is not a task's wake.
+struct Untracked<'w, F> {
+    outer: &'w RefCell<Option<Waker>>,
+    sleep: Pin<&'w mut F>,
+}
+
+impl<F: Future> Future for Untracked<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<F::Output> {
+        let me = self.get_mut();
+        let outer = me.outer.borrow();
+        let waker = outer.as_ref().expect("set by Tracked before it polls");
+        me.sleep.as_mut().poll(&mut Context::from_waker(waker))
+    }
 }
 
 impl<'a> Rt<'a> {
@@ -84,7 +180,12 @@ impl<'a> Rt<'a> {
             nodename,
             handle: Some(handle),
             config,
+            wakes: Default::default(),
+            wakes_waker: Waker::noop().clone(),
+            timers_quiet_for: Duration::ZERO,
+            lag: Duration::ZERO,
         }
+        .with_wakes()
     }
 
     pub(crate) fn host<F, Fut>(nodename: Arc<str>, software: F, mut config: Config) -> Self
@@ -104,7 +205,12 @@ impl<'a> Rt<'a> {
             nodename,
             handle: Some(handle),
             config,
+            wakes: Default::default(),
+            wakes_waker: Waker::noop().clone(),
+            timers_quiet_for: Duration::ZERO,
+            lag: Duration::ZERO,
         }
+        .with_wakes()
     }
 
     pub(crate) fn no_software() -> Self {
@@ -118,7 +224,51 @@ impl<'a> Rt<'a> {
             nodename: String::new().into(),
             handle: None,
             config,
+            wakes: Default::default(),
+            wakes_waker: Waker::noop().clone(),
+            timers_quiet_for: Duration::ZERO,
+            lag: Duration::ZERO,
         }
+        .with_wakes()
+    }
+
+    fn with_wakes(mut self) -> Self {
+        self.wakes_waker = Waker::from(self.wakes.clone());
+        // The software was just spawned: its first poll is due.
+        self.wakes.woken.store(true, Relaxed);
+        self
+    }
+
+    /// keyorder patch: how many ticks of `tick` in a row would do nothing in this runtime,
+    /// unless something outside wakes one of its tasks meanwhile: none while a task is
+    /// woken, else the ticks that end before the timer wheel next needs processing
+    /// (`u64::MAX`: no timer). Such a tick only moves the clock, so it can be skipped with
+    /// [`Rt::skip`] and the clock moved at the start of the next tick that runs.
+    pub(crate) fn idle_ticks(&self, tick: Duration) -> u64 {
+        if self.wakes.woken.load(Relaxed) || tick.is_zero() {
+            return 0;
+        }
+        if self.timers_quiet_for == Duration::MAX {
+            return u64::MAX;
+        }
+        // Idle for n ticks while the first timer lies beyond lag + n * tick.
+        let ahead = self.timers_quiet_for.saturating_sub(self.lag).as_nanos();
+        u64::try_from(ahead.saturating_sub(1) / tick.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// keyorder patch: skips ticks that [`Rt::idle_ticks`] found idle; the clock catches
+    /// up at the start of the next [`Rt::tick`].
+    pub(crate) fn skip(&mut self, duration: Duration) {
+        self.lag += duration;
+    }
+
+    /// See `timers_quiet_for`.
+    fn timers_quiet_for(&self) -> Duration {
+        let handle = self.tokio.handle();
+        if handle.metrics().num_alive_tasks() > 0 {
+            return Duration::ZERO;
+        }
+        handle.next_timer_in().unwrap_or(Duration::MAX)
     }
 
     pub(crate) fn is_client(&self) -> bool {
@@ -133,9 +283,10 @@ impl<'a> Rt<'a> {
         self.handle.is_some()
     }
 
+    /// The runtime's clock as it reads once caught up over skipped ticks.
     pub(crate) fn now(&self) -> Instant {
         let _guard = self.tokio.enter();
-        Instant::now()
+        Instant::now() + self.lag
     }
 
     // This method is called by [`Sim::run`], which iterates through all the
@@ -161,13 +312,31 @@ impl<'a> Rt<'a> {
     // that caused failure. Subsequent calls do not return the error as it is
     // expected to fail the simulation.
     pub(crate) fn tick(&mut self, duration: Duration) -> Result<bool> {
+        let outer: RefCell<Option<Waker>> = RefCell::new(None);
+        let wakes = &self.wakes;
+        let waker = &self.wakes_waker;
+        let local = &self.local;
+        let lag = mem::take(&mut self.lag);
         self.tokio.block_on(async {
-            self.local
-                .run_until(async {
-                    sleep(duration).await;
-                })
-                .await
+            // Catch up over skipped ticks first: no timer is due in them, so nothing fires
+            // and no task runs (the local set is not polled until the tick proper).
+            if !lag.is_zero() {
+                tokio::time::advance(lag).await;
+            }
+            let sleeping = std::pin::pin!(sleep(duration));
+            let run = std::pin::pin!(local.run_until(Untracked {
+                outer: &outer,
+                sleep: sleeping,
+            }));
+            Tracked {
+                wakes,
+                waker,
+                outer: &outer,
+                inner: run,
+            }
+            .await
         });
+        self.timers_quiet_for = self.timers_quiet_for();
 
         // pull for software completion
         match &self.handle {
@@ -223,6 +392,11 @@ impl<'a> Rt<'a> {
     /// Both the [`Runtime`] and [`LocalSet`] are replaced with new instances.
     fn cancel_tasks(&mut self) {
         let (tokio, local) = init(&mut self.config);
+        // keyorder patch: a fresh runtime: its clock starts where a fresh runtime's does,
+        // and whatever is spawned next is due.
+        self.lag = Duration::ZERO;
+        self.timers_quiet_for = Duration::ZERO;
+        self.wakes.woken.store(true, Relaxed);
 
         _ = mem::replace(&mut self.tokio, tokio);
         drop(mem::replace(&mut self.local, local));

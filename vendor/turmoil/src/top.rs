@@ -19,6 +19,11 @@ pub(crate) struct Topology {
     /// Specific configuration overrides between specific hosts.
     links: IndexMap<Pair, Link>,
 
+    /// keyorder patch: each host's links, as indices into `links` in ascending order, so
+    /// delivering to a host visits its own links instead of every link of the network.
+    /// Links are never removed, so the indices stay valid.
+    adjacent: IndexMap<IpAddr, Vec<usize>>,
+
     /// The network's time. keyorder patch: upstream keeps a whole tokio runtime here only
     /// to tick time forward (one `block_on` per step); a paused clock that sleeps a whole
     /// number of milliseconds advances by exactly that, so adding the tick is the same.
@@ -179,6 +184,7 @@ impl Topology {
         Topology {
             config,
             links: IndexMap::default(),
+            adjacent: IndexMap::default(),
             now: Rt::no_software().now(),
         }
     }
@@ -186,7 +192,11 @@ impl Topology {
     /// Register a link between two hosts
     pub(crate) fn register(&mut self, a: IpAddr, b: IpAddr) {
         let pair = Pair::new(a, b);
+        let index = self.links.len();
         assert!(self.links.insert(pair, Link::new(self.now)).is_none());
+        for end in [a, b] {
+            self.adjacent.entry(end).or_default().push(index);
+        }
     }
 
     pub(crate) fn set_max_message_latency(&mut self, value: Duration) {
@@ -252,10 +262,15 @@ impl Topology {
 
     // Move messages from any network links to the `dst` host.
     pub(crate) fn deliver_messages(&mut self, rand: &mut dyn RngCore, dst: &mut Host) {
-        for (pair, link) in &mut self.links {
-            if pair.0 == dst.addr || pair.1 == dst.addr {
-                link.deliver_messages(&self.config, rand, dst);
-            }
+        let Some(indices) = self.adjacent.get(&dst.addr) else {
+            return;
+        };
+        for &index in indices {
+            let (_, link) = self
+                .links
+                .get_index_mut(index)
+                .expect("links are never removed");
+            link.deliver_messages(&self.config, rand, dst);
         }
     }
 
@@ -290,6 +305,29 @@ impl Topology {
         for link in self.links.values_mut() {
             link.tick(self.now);
         }
+    }
+
+    /// keyorder patch: how long until the network next has something to do: zero when a
+    /// message waits for a running host (`running` says which hosts are), else the time
+    /// until the earliest scheduled delivery; `None` when nothing is in flight (held
+    /// messages move only when released, between steps).
+    pub(crate) fn next_delivery_in(&self, running: impl Fn(IpAddr) -> bool) -> Option<Duration> {
+        let mut next: Option<Instant> = None;
+        for link in self.links.values() {
+            if link
+                .deliverable
+                .iter()
+                .any(|(dst, q)| !q.is_empty() && running(*dst))
+            {
+                return Some(Duration::ZERO);
+            }
+            for sent in &link.sent {
+                if let DeliveryStatus::DeliverAfter(at) = sent.status {
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
+            }
+        }
+        next.map(|at| at.saturating_duration_since(self.now))
     }
 
     pub(crate) fn iter_mut(&mut self) -> LinksIter<'_> {
