@@ -138,6 +138,15 @@ impl FaultRunner {
         self.due.is_empty() && self.switch.is_none() && self.migration.is_none()
     }
 
+    /// The time of the next scheduled step, `Duration::MAX` when none is left; `None` while a
+    /// switch or a migration is in progress (those look at the store every tick).
+    pub fn next_due(&self) -> Option<Duration> {
+        if self.switch.is_some() || self.migration.is_some() {
+            return None;
+        }
+        Some(self.due.front().map_or(Duration::MAX, |(at, _)| *at))
+    }
+
     /// Applies everything due at `now`, and advances a switch in progress. A modulus change
     /// due while another is in progress waits for it; nothing else waits (a repair scheduled
     /// behind a waiting change must still happen, or the drain it waits for never ends).

@@ -20,5 +20,5 @@ pub mod sweep;
 pub mod trace;
 
 pub use breaks::Break;
-pub use run::{run, RunError, RunOutcome};
+pub use run::{run, run_with, RunError, RunOutcome, Stepping};
 pub use scenario::{Scenario, Size};

@@ -76,8 +76,30 @@ pub struct RunOutcome {
     pub history: Option<keyorder::check::History>,
 }
 
+/// How the simulator steps through time. Both give the same trace for the same seed (the
+/// determinism tests compare them); skipping is only faster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Stepping {
+    /// Skip hosts with no woken task and no timer due, and whole steps when no host has
+    /// anything to do and no message is in flight (the patched turmoil's default).
+    #[default]
+    SkipIdle,
+    /// Tick every running host every millisecond, as upstream turmoil does.
+    EveryTick,
+}
+
 /// Runs `scenario` with `seed`; with `keep_trace` the outcome carries the text trace.
 pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcome, RunError> {
+    run_with(scenario, seed, keep_trace, Stepping::default())
+}
+
+/// [`run`], stepping as `stepping` says (the outcome is the same either way).
+pub fn run_with(
+    scenario: &Scenario,
+    seed: u64,
+    keep_trace: bool,
+    stepping: Stepping,
+) -> Result<RunOutcome, RunError> {
     scenario.validate()?;
     let mut rng = StdRng::seed_from_u64(seed);
     let count = PartitionCount::new(i64::from(scenario.partitions))
@@ -107,6 +129,7 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
     let mut sim = turmoil::Builder::new()
         .rng_seed(rng.random())
         .tick_duration(TICK)
+        .skip_idle(stepping == Stepping::SkipIdle)
         .tcp_capacity(ACCEPT_BACKLOG)
         .simulation_duration(Duration::from_millis(scenario.duration_ms) + TURMOIL_MARGIN)
         .min_message_latency(Duration::from_millis(scenario.min_latency_ms))
@@ -229,6 +252,18 @@ fn drive(
         }
         if now >= limit {
             break false;
+        }
+        // Ticks in which no host has anything to do are skipped whole, up to the next time
+        // this loop has something to do (a fault, the end of the quiet tail, the limit): the
+        // loop passes through exactly the states stepping tick by tick would.
+        if let Some(due) = faults.next_due() {
+            let mut until = due.min(limit);
+            if let Some(since) = quiet_since {
+                until = until.min(since + tail);
+            }
+            if !sim.skip_idle(until.saturating_sub(now)).is_zero() {
+                continue;
+            }
         }
         sim.step().map_err(|e| RunError::Sim { at: now, message: e.to_string() })?;
     };
