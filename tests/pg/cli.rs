@@ -56,6 +56,8 @@ fn bad_input_is_refused_clearly_and_nothing_is_lost() {
     let o = keyorder(&["lag", "--database", &url], "");
     assert_ne!(o.status.code(), Some(0));
     assert!(text(&o).contains("keyorder migrate"), "{}", text(&o));
+    // ...without repeating the URL, which may hold a password.
+    assert!(!text(&o).contains(&url), "{}", text(&o));
     assert!(keyorder(&["migrate", "--database", &url], "").status.success());
     assert!(text(&keyorder(&["migrate", "--database", &url], "")).contains("schema is current"));
     // A malformed line: exit 2 naming it; the batch it was in is not half-enqueued.

@@ -180,7 +180,7 @@ pub async fn require_current(client: &Client) -> Result<(), StoreError> {
         other => Err(StoreError::Refused {
             operation: "schema check",
             reason: format!(
-                "the database has schema version {}, this keyorder needs {SCHEMA_VERSION}: run `keyorder migrate --database URL`",
+                "the database has schema version {}, this keyorder needs {SCHEMA_VERSION}: run `keyorder migrate` with the same --database (not repeated here: a PostgreSQL URL may hold a password)",
                 other.map_or("none".to_owned(), |v| v.to_string())
             ),
         }),
