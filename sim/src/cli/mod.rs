@@ -126,6 +126,9 @@ impl ScenarioSource {
         if self.strict_partition_order {
             flags.push_str(" --strict-partition-order");
         }
+        if self.every_tick {
+            flags.push_str(" --every-tick");
+        }
         flags
     }
 }

@@ -73,3 +73,29 @@ fn skipping_idle_hosts_and_steps_leaves_every_trace_unchanged() {
         assert!(faults.contains(fault), "no run injected {fault}: {faults:?}");
     }
 }
+
+/// A failing seed of a sweep run with `--every-tick` is printed with the flag, so its replay
+/// steps as the sweep did; and the replay's hash is the one the default stepping prints.
+#[test]
+fn a_sweep_with_every_tick_prints_replays_that_keep_it() {
+    let bin = env!("CARGO_BIN_EXE_keyorder-sim");
+    let out = Command::new(bin)
+        .args(["sweep", "--seeds", "1", "--size", "small", "--break", "random-hash"])
+        .args(["--every-tick", "--no-html", "--jobs", "1"])
+        .output()
+        .expect("keyorder-sim runs");
+    assert_eq!(out.status.code(), Some(1), "the broken design must fail the sweep");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let wanted = "replay: keyorder-sim replay 0 --size small --break random-hash --every-tick";
+    assert!(stderr.contains(wanted), "{stderr}");
+    let hash = |extra: &[&str]| {
+        let out = Command::new(bin)
+            .args(["replay", "0", "--size", "small", "--break", "random-hash", "--json"])
+            .args(extra)
+            .output()
+            .expect("keyorder-sim runs");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        json["trace_hash"].as_str().expect("a hash").to_owned()
+    };
+    assert_eq!(hash(&["--every-tick"]), hash(&[]));
+}
