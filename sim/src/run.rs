@@ -261,7 +261,7 @@ fn drive(
             if let Some(since) = quiet_since {
                 until = until.min(since + tail);
             }
-            if !sim.skip_idle(until.saturating_sub(now)).is_zero() {
+            if !sim.skip_idle_steps(until.saturating_sub(now)).is_zero() {
                 continue;
             }
         }

@@ -172,7 +172,7 @@ impl Builder {
     /// keyorder patch: whether a step skips hosts with nothing to do (on by default). A host
     /// with no woken task and no timer due in the step only has its clock moved by it; it is
     /// skipped and its clock moved when it next runs, which changes nothing it can observe.
-    /// [`Sim::skip_idle`](crate::Sim::skip_idle) skips whole idle steps the same way. Off,
+    /// [`Sim::skip_idle_steps`](crate::Sim::skip_idle_steps) skips whole idle steps the same way. Off,
     /// every running host is ticked every step, as upstream turmoil does.
     pub fn skip_idle(&mut self, value: bool) -> &mut Self {
         self.config.skip_idle = value;

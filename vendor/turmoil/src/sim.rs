@@ -383,7 +383,7 @@ impl<'a> Sim<'a> {
     /// such ticks here leaves the simulation exactly where as many calls to [`Sim::step`]
     /// would, without visiting each host once per tick. Returns zero when the next tick
     /// has work (or the simulation shuffles hosts each step, which draws randomness).
-    pub fn skip_idle(&mut self, at_most: Duration) -> Duration {
+    pub fn skip_idle_steps(&mut self, at_most: Duration) -> Duration {
         let tick = self.config.tick;
         if !self.config.skip_idle || self.config.random_node_order || tick.is_zero() {
             return Duration::ZERO;
