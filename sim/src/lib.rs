@@ -18,6 +18,7 @@ pub mod scenario;
 pub mod shrink;
 pub mod sweep;
 pub mod trace;
+pub(crate) mod wire;
 
 pub use breaks::Break;
 pub use run::{run, run_with, RunError, RunOutcome, Stepping};

@@ -1,25 +1,26 @@
-//! The wire protocol between simulated hosts: one JSON object per line over turmoil TCP.
+//! The wire protocol between simulated hosts: length-prefixed messages over turmoil TCP
+//! (the encoding is in [`crate::wire`]).
 
 use std::time::Duration;
 
 use keyorder::drain::ParkedKeys;
 use keyorder::store::StoreError;
 use keyorder::{Epoch, PartitionId, Seq};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use turmoil::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use turmoil::net::TcpStream;
+
+use crate::wire::Wire;
 
 /// The store host's port.
 pub const STORE_PORT: u16 = 5432;
 /// The endpoint host's port.
 pub const ENDPOINT_PORT: u16 = 80;
-/// Longest line accepted: a bound on what one peer can make another buffer.
-const MAX_LINE: usize = 64 * 1024;
+/// Longest frame accepted: a bound on what one peer can make another buffer.
+pub const MAX_FRAME: usize = 64 * 1024;
 
 /// A request to the store.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug)]
 pub enum StoreRequest {
     /// Membership: this session is the worker's control session.
     Register { worker: String },
@@ -31,15 +32,13 @@ pub enum StoreRequest {
     /// `clean` when no delivery of this holder can still be out.
     Unlock { partition: PartitionId, epoch: Epoch, clean: bool },
     /// The partition's oldest row whose key is not in `skip` (the parked keys), fenced by the
-    /// lease. An empty `skip` is left off the wire, so the line is as it was before parking.
+    /// lease.
     FetchHead {
         partition: PartitionId,
         epoch: Epoch,
-        #[serde(default, skip_serializing_if = "ParkedKeys::is_empty")]
         skip: ParkedKeys,
         /// An expiry lease's read-ahead: up to this many oldest rows, ending at the first that
         /// waits, answered as [`StoreResponse::Heads`]. Absent: the head alone.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
     },
     /// Delete a delivered row, fenced.
@@ -96,7 +95,7 @@ impl StoreRequest {
 }
 
 /// The store's answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug)]
 pub enum StoreResponse {
     /// Done.
     Ok,
@@ -123,17 +122,16 @@ pub enum StoreResponse {
 
 /// A granted lease: its epoch, and whether the previous holder handed it back cleanly (or
 /// there never was one), so no delivery of an earlier holder can still be out.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug)]
 pub struct Granted {
     pub epoch: Epoch,
     pub clean: bool,
     /// An expiry lease's expiry (store time, µs); absent for a session lock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until_us: Option<u64>,
 }
 
 /// A head row on the wire.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug)]
 pub struct WireHead {
     pub seq: Seq,
     pub event_id: String,
@@ -144,7 +142,7 @@ pub struct WireHead {
 }
 
 /// A delivery request to an endpoint.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug)]
 pub struct DeliveryRequest {
     pub delivery: u64,
     pub partition: PartitionId,
@@ -155,24 +153,25 @@ pub struct DeliveryRequest {
 }
 
 /// An endpoint's answer: an HTTP-like status.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug)]
 pub struct DeliveryResponse {
     pub status: u16,
     pub retry_after_ms: Option<u64>,
 }
 
-/// One line-framed JSON connection.
+/// One connection carrying length-prefixed [`Wire`] messages.
 pub struct Conn {
     reader: BufReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
-    line: String,
+    /// The frame being written or read, kept to reuse its allocation.
+    frame: Vec<u8>,
 }
 
 impl Conn {
     /// Wraps a connected stream.
     pub fn new(stream: TcpStream) -> Self {
         let (r, w) = stream.into_split();
-        Self { reader: BufReader::new(r), writer: w, line: String::new() }
+        Self { reader: BufReader::new(r), writer: w, frame: Vec::new() }
     }
 
     /// Connects to `addr` within `timeout`.
@@ -183,21 +182,40 @@ impl Conn {
         }
     }
 
-    /// Sends one message.
-    pub async fn send<T: Serialize>(&mut self, msg: &T) -> std::io::Result<()> {
-        let mut bytes = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
-        bytes.push(b'\n');
-        self.writer.write_all(&bytes).await
+    /// Sends one message, in one write (so one segment).
+    pub async fn send<T: Wire>(&mut self, msg: &T) -> std::io::Result<()> {
+        self.frame.clear();
+        self.frame.extend_from_slice(&[0; 4]);
+        msg.put(&mut self.frame);
+        let len = self.frame.len() - 4;
+        if len > MAX_FRAME {
+            return Err(std::io::Error::other(format!(
+                "a {len}-byte message exceeds the frame limit"
+            )));
+        }
+        self.frame[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        self.writer.write_all(&self.frame).await
     }
 
-    /// Receives one message; `None` at a clean end of stream.
-    pub async fn recv<T: DeserializeOwned>(&mut self) -> std::io::Result<Option<T>> {
-        self.line.clear();
-        let n = (&mut self.reader).take(MAX_LINE as u64).read_line(&mut self.line).await?;
-        if n == 0 {
+    /// Receives one message; `None` at a clean end of stream (between two messages).
+    pub async fn recv<T: Wire>(&mut self) -> std::io::Result<Option<T>> {
+        if self.reader.fill_buf().await?.is_empty() {
             return Ok(None);
         }
-        serde_json::from_str(&self.line).map(Some).map_err(std::io::Error::other)
+        let mut len = [0; 4];
+        self.reader.read_exact(&mut len).await?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a {len}-byte frame exceeds the limit of {MAX_FRAME}"),
+            ));
+        }
+        self.frame.resize(len, 0);
+        self.reader.read_exact(&mut self.frame).await?;
+        T::decode(&self.frame)
+            .map(Some)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
 
     /// Sends `req` and waits up to `timeout` for the answer. A timeout or a closed stream is an
