@@ -28,6 +28,7 @@ pub mod any;
 pub mod open;
 pub mod postgres;
 pub mod read_ahead;
+pub mod session_drain;
 pub mod sqlite;
 pub mod timed;
 

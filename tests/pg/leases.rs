@@ -256,3 +256,44 @@ fn failed_lease_tries_reuse_one_connection() {
         assert_eq!(holder, spare_pid, "the lease runs on the spare connection");
     });
 }
+
+/// A row whose seq was taken before rows that were delivered and acknowledged, but that
+/// committed after them, lies behind the lease's cursor. Its key's next row lies after it: the
+/// head read must not hand that one out first. (Before the read told the cursor about rows of
+/// the same key behind it, it did: found by the simulation once it ran this store's rules.)
+#[test]
+fn a_row_that_commits_behind_the_cursor_still_goes_before_its_keys_next_row() {
+    let Some(pg) = PgServer::start("a_row_that_commits_behind_the_cursor") else { return };
+    let url = pg.create_db("late");
+    block_on(async {
+        let c = migrated(&url).await;
+        let late = migrated(&url).await;
+        let insert = "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+                      VALUES (0, $1, $2, '{}') RETURNING seq";
+        let seq = |row: tokio_postgres::Row| row.get::<_, i64>(0);
+        // b#1 takes its seq first, in a transaction that stays open.
+        late.batch_execute("BEGIN").await.unwrap();
+        let b1 = seq(late.query_one(insert, &[&"b", &"b#1"]).await.unwrap());
+        let a1 = seq(c.query_one(insert, &[&"a", &"a#1"]).await.unwrap());
+        let c1 = seq(c.query_one(insert, &[&"c", &"c#1"]).await.unwrap());
+        assert!(b1 < a1 && a1 < c1);
+
+        let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let mut lease = store.acquire(PartitionId(0)).await.unwrap().expect("free partition");
+        let none = keyorder::drain::ParkedKeys::NONE;
+        for expected in [a1, c1] {
+            let head = lease.fetch_head(&none).await.unwrap().expect("a head");
+            assert_eq!(head.seq.0, expected);
+            lease.ack(head.seq).await.unwrap();
+        }
+        // b#1 commits behind the cursor; b#2 follows it.
+        late.batch_execute("COMMIT").await.unwrap();
+        let b2 = seq(c.query_one(insert, &[&"b", &"b#2"]).await.unwrap());
+        let head = lease.fetch_head(&none).await.unwrap().expect("a head");
+        assert_eq!(
+            (head.key.as_str(), head.seq.0),
+            ("b", b1),
+            "b#2 (seq {b2}) was handed out before b#1 (seq {b1}), which lay behind the cursor"
+        );
+    });
+}

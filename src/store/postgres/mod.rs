@@ -19,16 +19,16 @@
 //!   (`partition_key <> ALL($4)`) and never served from the read-ahead. When a key is unparked
 //!   its oldest row lies behind the cursor, so the read after an unpark is a full read.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use crate::clock::{Clock, TokioClock};
 use crate::drain::ParkedKeys;
-use crate::ids::{Epoch, PartitionId, Seq, Time};
+use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
+use crate::store::session_drain::{Batch, HeadPlan, Read, SessionDrain, SessionDrainOptions};
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 pub mod admin;
@@ -40,30 +40,9 @@ pub mod schema;
 
 use schema::{LEASE_NAMESPACE, MEMBER_NAMESPACE};
 
-/// Tuning of the PostgreSQL store.
-#[derive(Clone, Copy, Debug)]
-pub struct PgOptions {
-    /// Rows read ahead per head query.
-    pub read_ahead: i64,
-    /// Acknowledgements buffered before a batch delete.
-    pub ack_batch: usize,
-    /// The oldest an unflushed acknowledgement (and the last contact behind a read-ahead row)
-    /// may be.
-    pub ack_delay: Duration,
-    /// How often a head read ignores the cursor, to find rows that committed late.
-    pub full_scan_every: Duration,
-}
-
-impl Default for PgOptions {
-    fn default() -> Self {
-        Self {
-            read_ahead: 64,
-            ack_batch: 128,
-            ack_delay: Duration::from_millis(50),
-            full_scan_every: Duration::from_secs(1),
-        }
-    }
-}
+/// Tuning of the PostgreSQL store: how a lease reads ahead and buffers acknowledgements
+/// ([`SessionDrain`], the rules the simulation runs too).
+pub type PgOptions = SessionDrainOptions;
 
 /// A handle that opens sessions to one database. Cheap to clone; a clone keeps its own spare
 /// connections (a worker loop's, on its own runtime).
@@ -286,22 +265,13 @@ impl Store for PgStore {
             .await?;
         let epoch: i64 = row.get(0);
         let handover = if row.get::<_, bool>(1) { Handover::Clean } else { Handover::Unclean };
-        let now = self.clock.now();
         Ok(Some(PgLease {
             client,
             partition,
             epoch: Epoch(epoch as u64),
             handover,
-            options: self.options,
             clock: self.clock,
-            cursor: 0,
-            ahead: VecDeque::new(),
-            skipped: ParkedKeys::NONE,
-            acks: Vec::new(),
-            oldest_ack: None,
-            heard_at: now,
-            full_scan_at: now,
-            held: false,
+            drain: SessionDrain::new(self.options, self.clock.now()),
             prepared: None,
         }))
     }
@@ -346,22 +316,9 @@ pub struct PgLease {
     epoch: Epoch,
     /// How the previous holder left, read when the lease was taken.
     handover: Handover,
-    options: PgOptions,
     clock: TokioClock,
-    /// The last acknowledged seq: head reads start after it.
-    cursor: i64,
-    /// Rows read ahead, head first, none of a key in `skipped`.
-    ahead: VecDeque<StoredHead>,
-    /// The parked keys the last head read passed over.
-    skipped: ParkedKeys,
-    /// Acknowledged seqs not yet deleted.
-    acks: Vec<i64>,
-    oldest_ack: Option<Time>,
-    /// When the session last answered.
-    heard_at: Time,
-    full_scan_at: Time,
-    /// The head read last was held by the barrier: read it again next time.
-    held: bool,
+    /// The cursor, the rows read ahead and the buffered acknowledgements.
+    drain: SessionDrain,
     /// The statements every delivery path runs, prepared once per lease (parsed and planned
     /// once by the server, not at every call).
     prepared: Option<Prepared>,
@@ -379,12 +336,16 @@ struct Prepared {
     ping: Statement,
 }
 
-/// The head columns, and whether the online repartition's per-key barrier holds the row (an
-/// older-layout row of its key is still queued).
+/// The head columns; whether the online repartition's per-key barrier holds the row (an
+/// older-layout row of its key is still queued); and whether a row of its key lies at or behind
+/// the cursor `$2` in the partition (one that committed late, or whose key was parked while the
+/// cursor moved on), so the read must go back to the beginning ([`SessionDrain`]).
 const HEAD_COLUMNS: &str = "seq, event_id, partition_key, payload::text, attempts::int4,
     GREATEST(EXTRACT(EPOCH FROM (not_before - now())), 0)::float8, last_error,
     (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
-       WHERE o.partition_key = q.partition_key AND o.layout < q.layout))";
+       WHERE o.partition_key = q.partition_key AND o.layout < q.layout)),
+    ($2::int8 > 0 AND EXISTS (SELECT 1 FROM delivery_queue b
+       WHERE b.partition_key = q.partition_key AND b.partition = q.partition AND b.seq <= $2))";
 
 impl PgLease {
     fn p(&self) -> i16 {
@@ -416,35 +377,60 @@ impl PgLease {
     }
 
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
-        if self.acks.is_empty() {
+        if !self.drain.has_acks() {
             return Ok(());
         }
-        let seqs = std::mem::take(&mut self.acks);
+        let seqs: Vec<i64> = self.drain.take_acks().into_iter().map(|s| s.0).collect();
         let delete = self.prepared().await?.delete_acks.clone();
         self.client.execute(&delete, &[&self.p(), &seqs]).await?;
-        self.oldest_ack = None;
         self.heard();
         Ok(())
     }
 
     fn heard(&mut self) {
-        self.heard_at = self.clock.now();
+        self.drain.heard(self.clock.now());
     }
 
-    async fn read_ahead(&mut self, from: i64) -> Result<(), StoreError> {
-        let rows = if self.skipped.is_empty() {
+    /// One round trip that proves the session: the buffered acknowledgements, else a ping.
+    async fn prove(&mut self) -> Result<(), StoreError> {
+        if self.drain.has_acks() {
+            return self.flush_acks().await;
+        }
+        let ping = self.prepared().await?.ping.clone();
+        self.client.execute(&ping, &[]).await?;
+        self.heard();
+        Ok(())
+    }
+
+    /// Runs `read`, and the look behind the cursor it may call for.
+    async fn read_ahead(&mut self, read: Read) -> Result<(), StoreError> {
+        let mut next = Some(read);
+        while let Some(read) = next {
+            let batch = self.read_batch(read.after.0).await?;
+            next = self.drain.filled(read, batch, self.clock.now());
+        }
+        Ok(())
+    }
+
+    /// The rows after seq `from`, head first, ending at the first the barrier holds and before
+    /// the first with a row of its key at or behind `from`.
+    async fn read_batch(&mut self, from: i64) -> Result<Batch, StoreError> {
+        let limit = i64::from(self.drain.options().read_ahead);
+        let skipped = self.drain.skipped().clone();
+        let rows = if skipped.is_empty() {
             // Without parked keys the statement of old: the hot path pays nothing for parking.
             let read = self.prepared().await?.read_ahead.clone();
-            self.client.query(&read, &[&self.p(), &from, &self.options.read_ahead]).await?
+            self.client.query(&read, &[&self.p(), &from, &limit]).await?
         } else {
             let read = self.prepared().await?.read_ahead_skip.clone();
-            let skip = self.skipped.as_slice();
-            self.client.query(&read, &[&self.p(), &from, &self.options.read_ahead, &skip]).await?
+            let skip = skipped.as_slice();
+            self.client.query(&read, &[&self.p(), &from, &limit, &skip]).await?
         };
-        self.heard();
-        self.ahead.clear();
-        self.held = false;
+        let mut heads = Vec::with_capacity(rows.len());
         for r in &rows {
+            if r.get::<_, bool>(8) {
+                return Ok(Batch { rows: heads, held: false, behind: true });
+            }
             let wait: f64 = r.get(5);
             let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
             let held: bool = r.get(7);
@@ -453,7 +439,7 @@ impl PgLease {
                 // spent), and nothing behind it is read ahead, so the next look re-reads it.
                 wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
             }
-            self.ahead.push_back(StoredHead {
+            heads.push(StoredHead {
                 seq: Seq(r.get(0)),
                 event_id: r.get(1),
                 key: r.get(2),
@@ -463,11 +449,10 @@ impl PgLease {
                 last_error: r.get(6),
             });
             if held {
-                self.held = true;
-                break;
+                return Ok(Batch { rows: heads, held: true, behind: false });
             }
         }
-        Ok(())
+        Ok(Batch::of(heads))
     }
 }
 
@@ -486,65 +471,26 @@ impl LeaseSession for PgLease {
 
     async fn keep_alive(&mut self) -> Result<(), StoreError> {
         // Pending acknowledgements prove the session as well as a ping, and are due anyway.
-        if self.acks.is_empty() {
-            let ping = self.prepared().await?.ping.clone();
-            self.client.execute(&ping, &[]).await?;
-            self.heard();
-            Ok(())
-        } else {
-            self.flush_acks().await
-        }
+        self.prove().await
     }
 
     async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
-        let now = self.clock.now();
-        let mut full = now.saturating_since(self.full_scan_at) >= self.options.full_scan_every;
-        if self.skipped != *skip {
-            // A key was parked (its rows may be read ahead) or unparked (its oldest row lies
-            // behind the cursor, so only a full read finds it): drop the read-ahead.
-            full |= !self.skipped.is_subset(skip);
-            self.ahead.clear();
-            self.skipped = skip.clone();
-        }
-        if !full && !self.ahead.is_empty() && !self.held {
-            // A row read ahead is served only while the session is known alive (and with it
-            // the lock): after `ack_delay` without contact, one round trip proves it again —
-            // the pending acknowledgements if any, else a ping — instead of a re-read, so a
-            // partition slower than one delivery per `ack_delay` keeps its read-ahead.
-            if now.saturating_since(self.heard_at) >= self.options.ack_delay {
-                if self.acks.is_empty() {
-                    let ping = self.prepared().await?.ping.clone();
-                    self.client.execute(&ping, &[]).await?;
-                    self.heard();
-                } else {
-                    self.flush_acks().await?;
-                }
+        match self.drain.plan_head(skip, self.clock.now()) {
+            HeadPlan::Serve(head) => Ok(Some(head)),
+            HeadPlan::Prove => {
+                self.prove().await?;
+                Ok(self.drain.head())
             }
-            return Ok(self.ahead.front().cloned());
+            HeadPlan::Read(read) => {
+                self.flush_acks().await?;
+                self.read_ahead(read).await?;
+                Ok(self.drain.head())
+            }
         }
-        self.flush_acks().await?;
-        self.read_ahead(if full { 0 } else { self.cursor }).await?;
-        if self.ahead.is_empty() && self.cursor > 0 && !full {
-            // Nothing after the cursor: look behind it once for a row that committed late.
-            self.read_ahead(0).await?;
-        }
-        if full || self.ahead.is_empty() {
-            self.full_scan_at = now;
-        }
-        Ok(self.ahead.front().cloned())
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
-        if self.ahead.front().is_some_and(|h| h.seq == seq) {
-            self.ahead.pop_front();
-        }
-        self.acks.push(seq.0);
-        self.cursor = self.cursor.max(seq.0);
-        let now = self.clock.now();
-        let oldest = *self.oldest_ack.get_or_insert(now);
-        if self.acks.len() >= self.options.ack_batch
-            || now.saturating_since(oldest) >= self.options.ack_delay
-        {
+        if self.drain.acked(seq, self.clock.now()) {
             self.flush_acks().await?;
         }
         Ok(())
@@ -558,7 +504,7 @@ impl LeaseSession for PgLease {
         error: &str,
     ) -> Result<(), StoreError> {
         self.flush_acks().await?;
-        self.ahead.clear();
+        self.drain.changed();
         let attempts = i16::try_from(attempts).unwrap_or(i16::MAX);
         let micros = i64::try_from(retry_in.as_micros()).unwrap_or(i64::MAX);
         self.client
@@ -580,7 +526,7 @@ impl LeaseSession for PgLease {
         reason: &str,
     ) -> Result<(), StoreError> {
         self.flush_acks().await?;
-        self.ahead.clear();
+        self.drain.changed();
         let attempts = i16::try_from(attempts).unwrap_or(i16::MAX);
         // One statement, so one transaction: the row leaves the queue and enters the DLQ
         // together or not at all.
@@ -594,7 +540,7 @@ impl LeaseSession for PgLease {
                 &[&self.p(), &seq.0, &attempts, &reason],
             )
             .await?;
-        self.cursor = self.cursor.max(seq.0);
+        self.drain.dead_lettered(seq);
         self.heard();
         Ok(())
     }

@@ -1,0 +1,419 @@
+//! The head reads and acknowledgements of a lease that lives as long as its session
+//! (PostgreSQL's advisory lock). Sans-IO: the PostgreSQL store and the simulation's
+//! session-lock client each keep one per lease, so the simulation proves the code production
+//! runs.
+//!
+//! * **Cursor.** Heads are read after the last acknowledged seq, a batch of up to
+//!   `read_ahead` rows at a time; delivery stays one at a time. A read that ignores the cursor
+//!   (a *full* read) runs when the cursor read finds nothing and at least every
+//!   `full_scan_every`, so a row that committed late, behind the cursor, is still found.
+//! * **Served while heard.** A row read ahead is handed out without a round trip only while the
+//!   session answered less than `ack_delay` ago; after that one round trip proves it again (the
+//!   buffered acknowledgements if any, else a ping). A holder whose session was lost may thus
+//!   start a delivery up to `ack_delay` after the loss: the liveness margin and the takeover
+//!   wait of a lease taken after a lost session both include it
+//!   ([`crate::store::postgres::admin::takeover_delay`]).
+//! * **Acknowledgements buffered.** They are deleted together once `ack_batch` are buffered or
+//!   the oldest is `ack_delay` old, and before every other statement of the lease (a head read
+//!   from the store, a retry, a dead letter, the hand-back). A session lost with some buffered
+//!   only redelivers them.
+//! * **Parked keys** are passed over by the read and never served from what was read ahead:
+//!   parking a key drops the read-ahead; unparking one makes the next read a full read, since
+//!   the key's oldest row lies behind the cursor.
+//! * **Late commits.** A row whose seq was taken before the cursor's but that committed after
+//!   rows behind it were acknowledged lies behind the cursor, out of a cursor read's sight; its
+//!   key's later rows do not. So a cursor read also says, per row, whether a row of the same key
+//!   lies at or behind the cursor: the batch ends before the first such row, and the read goes
+//!   back to the beginning, which returns every key's rows oldest first. (A full read every
+//!   `full_scan_every` finds the late row of a key with nothing after it.)
+//! * **The barrier.** A row the online repartition's barrier holds ends a batch and is read
+//!   again at the next look.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::drain::ParkedKeys;
+use crate::ids::{Seq, Time};
+use crate::store::StoredHead;
+
+/// How a session lease reads ahead and buffers acknowledgements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionDrainOptions {
+    /// Rows read ahead per head read.
+    pub read_ahead: u32,
+    /// Acknowledgements buffered before a batch delete.
+    pub ack_batch: usize,
+    /// The oldest an unflushed acknowledgement, and the last contact behind a row served from
+    /// the read-ahead, may be.
+    pub ack_delay: Duration,
+    /// How often a head read ignores the cursor, to find rows that committed late.
+    pub full_scan_every: Duration,
+}
+
+impl Default for SessionDrainOptions {
+    /// PostgreSQL's defaults: 64 rows ahead, 128 acknowledgements or 50 ms, a full read every
+    /// second.
+    fn default() -> Self {
+        Self {
+            read_ahead: 64,
+            ack_batch: 128,
+            ack_delay: Duration::from_millis(50),
+            full_scan_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What a head read must do, from [`SessionDrain::plan_head`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeadPlan {
+    /// Hand out this row read ahead: the session was heard recently enough.
+    Serve(StoredHead),
+    /// Prove the session with one round trip (flush the buffered acknowledgements if any, else
+    /// a ping), report it with [`SessionDrain::heard`], then hand out [`SessionDrain::head`].
+    Prove,
+    /// Flush the buffered acknowledgements, read a batch, and hand it to
+    /// [`SessionDrain::filled`].
+    Read(Read),
+}
+
+/// One batch read: the rows after `after` (every row when it is zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read {
+    /// Read the rows with a seq above this one.
+    pub after: Seq,
+    full: bool,
+    /// The clock when the head read was asked for.
+    at: Time,
+}
+
+/// What one read returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The rows, oldest first.
+    pub rows: Vec<StoredHead>,
+    /// The last row is held by the online repartition's barrier.
+    pub held: bool,
+    /// The rows stop before one whose key has a row at or behind the read's cursor.
+    pub behind: bool,
+}
+
+impl Batch {
+    /// Rows read, none held and none with an older row of its key behind the cursor.
+    pub fn of(rows: Vec<StoredHead>) -> Self {
+        Self { rows, held: false, behind: false }
+    }
+}
+
+/// One lease's cursor, rows read ahead and buffered acknowledgements.
+#[derive(Debug)]
+pub struct SessionDrain {
+    options: SessionDrainOptions,
+    /// The last acknowledged (or dead-lettered) seq: head reads start after it.
+    cursor: Seq,
+    /// Rows read ahead, head first, none of a key in `skipped`.
+    ahead: VecDeque<StoredHead>,
+    /// The parked keys the last head read passed over.
+    skipped: ParkedKeys,
+    /// Acknowledged seqs not yet deleted.
+    acks: Vec<Seq>,
+    oldest_ack: Option<Time>,
+    /// When the session last answered.
+    heard_at: Time,
+    full_scan_at: Time,
+    /// The last batch ended at a row the barrier holds: read it again next time.
+    held: bool,
+    /// The last read, from the beginning, found nothing: the next starts there too, since a
+    /// read after the cursor would find nothing either and be followed by one that does.
+    drained: bool,
+    /// A cursor read stopped at a row whose key has a row behind the cursor: the next read
+    /// starts from the beginning.
+    rewind: bool,
+}
+
+impl SessionDrain {
+    /// The drain of a lease taken at `now` (its session just answered).
+    pub fn new(options: SessionDrainOptions, now: Time) -> Self {
+        Self {
+            options,
+            cursor: Seq(0),
+            ahead: VecDeque::new(),
+            skipped: ParkedKeys::NONE,
+            acks: Vec::new(),
+            oldest_ack: None,
+            heard_at: now,
+            full_scan_at: now,
+            held: false,
+            drained: false,
+            rewind: false,
+        }
+    }
+
+    /// The parked keys the read-ahead passes over (what a read from the store must skip).
+    pub fn skipped(&self) -> &ParkedKeys {
+        &self.skipped
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> SessionDrainOptions {
+        self.options
+    }
+
+    /// What a head read passing over `skip` must do at `now`.
+    pub fn plan_head(&mut self, skip: &ParkedKeys, now: Time) -> HeadPlan {
+        let mut full = now.saturating_since(self.full_scan_at) >= self.options.full_scan_every;
+        if self.skipped != *skip {
+            // A key was parked (its rows may be read ahead) or unparked: drop the read-ahead.
+            // An unparked key's rows may lie behind the cursor, which acknowledgements of other
+            // keys moved past them: reads start from the beginning again until acknowledgements
+            // move the cursor, so no read after it can pass over them.
+            if !self.skipped.is_subset(skip) {
+                full = true;
+                self.cursor = Seq(0);
+            }
+            self.ahead.clear();
+            self.skipped = skip.clone();
+        }
+        if !full && !self.held {
+            if let Some(head) = self.ahead.front() {
+                // A partition slower than one delivery per `ack_delay` keeps its read-ahead:
+                // one round trip proves the session instead of a re-read.
+                if now.saturating_since(self.heard_at) >= self.options.ack_delay {
+                    return HeadPlan::Prove;
+                }
+                return HeadPlan::Serve(head.clone());
+            }
+        }
+        let full = full || self.drained || self.rewind;
+        let after = if full { Seq(0) } else { self.cursor };
+        HeadPlan::Read(Read { after, full, at: now })
+    }
+
+    /// The session answered a statement at `now`.
+    pub fn heard(&mut self, now: Time) {
+        self.heard_at = now;
+    }
+
+    /// The row to hand out: the oldest read ahead.
+    pub fn head(&self) -> Option<StoredHead> {
+        self.ahead.front().cloned()
+    }
+
+    /// Takes in the batch `read` returned, answered at `now`: `batch.rows` oldest first, ending
+    /// at the first the barrier holds when `batch.held`, and before the first whose key has a row
+    /// at or behind the cursor when `batch.behind`. Returns the read to run next, if any: when
+    /// nothing was found after the cursor, one read from the beginning looks behind it.
+    pub fn filled(&mut self, read: Read, batch: Batch, now: Time) -> Option<Read> {
+        self.heard(now);
+        let Batch { rows, held, behind } = batch;
+        self.ahead = rows.into();
+        self.held = held;
+        // Only a cursor read can pass over a key's older row.
+        self.rewind = behind && read.after > Seq(0);
+        if self.ahead.is_empty() && !read.full && read.after > Seq(0) {
+            self.rewind = false;
+            return Some(Read { after: Seq(0), full: false, at: read.at });
+        }
+        if read.full || self.ahead.is_empty() {
+            self.full_scan_at = read.at;
+        }
+        self.drained = self.ahead.is_empty();
+        None
+    }
+
+    /// Records the acknowledgement of `seq` at `now`; `true` when the buffered ones are due to
+    /// be deleted ([`Self::take_acks`]).
+    pub fn acked(&mut self, seq: Seq, now: Time) -> bool {
+        if self.ahead.front().is_some_and(|h| h.seq == seq) {
+            self.ahead.pop_front();
+        }
+        self.acks.push(seq);
+        self.cursor = self.cursor.max(seq);
+        let oldest = *self.oldest_ack.get_or_insert(now);
+        self.acks.len() >= self.options.ack_batch
+            || now.saturating_since(oldest) >= self.options.ack_delay
+    }
+
+    /// Whether acknowledgements are buffered.
+    pub fn has_acks(&self) -> bool {
+        !self.acks.is_empty()
+    }
+
+    /// The buffered acknowledgements, for one delete; the caller reports its answer with
+    /// [`Self::heard`]. A failed delete means a lost session: the rows stay queued for the next
+    /// holder, which redelivers them.
+    pub fn take_acks(&mut self) -> Vec<Seq> {
+        self.oldest_ack = None;
+        std::mem::take(&mut self.acks)
+    }
+
+    /// A row of the lease changed (a retry was recorded): what was read ahead is read again.
+    pub fn changed(&mut self) {
+        self.ahead.clear();
+    }
+
+    /// Row `seq` was moved to the dead-letter table.
+    pub fn dead_lettered(&mut self, seq: Seq) {
+        self.ahead.clear();
+        self.cursor = self.cursor.max(seq);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Time {
+        Time(Duration::from_millis(n))
+    }
+
+    fn row(seq: i64, key: &str) -> StoredHead {
+        StoredHead {
+            seq: Seq(seq),
+            event_id: format!("e{seq}"),
+            key: key.into(),
+            payload: String::new(),
+            attempts: 0,
+            wait: None,
+            last_error: None,
+        }
+    }
+
+    fn read(plan: HeadPlan) -> Read {
+        match plan {
+            HeadPlan::Read(r) => r,
+            other => panic!("expected a read, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rows_are_served_from_the_batch_while_the_session_was_heard_within_ack_delay() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        assert_eq!(r.after, Seq(0));
+        assert_eq!(d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(2)), None);
+        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(3)), HeadPlan::Serve(row(1, "a")));
+        assert!(!d.acked(Seq(1), ms(4)));
+        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(40)), HeadPlan::Serve(row(2, "b")));
+        // 50 ms after the last answer: prove the session before serving.
+        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(52)), HeadPlan::Prove);
+        d.heard(ms(53));
+        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(54)), HeadPlan::Serve(row(2, "b")));
+    }
+
+    #[test]
+    fn an_empty_cursor_read_looks_behind_the_cursor_once() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, Batch::of(vec![row(5, "a")]), ms(1));
+        assert!(!d.acked(Seq(5), ms(2)));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
+        assert_eq!(r.after, Seq(5));
+        let again = d.filled(r, Batch::of(vec![]), ms(4)).expect("a look behind the cursor");
+        assert_eq!(again.after, Seq(0));
+        assert_eq!(d.filled(again, Batch::of(vec![row(4, "late")]), ms(5)), None);
+        assert_eq!(d.head(), Some(row(4, "late")));
+    }
+
+    #[test]
+    fn an_empty_partition_is_looked_at_with_one_read_from_the_beginning() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, Batch::of(vec![row(5, "a")]), ms(1));
+        d.acked(Seq(5), ms(2));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
+        let again = d.filled(r, Batch::of(vec![]), ms(3)).expect("a look behind the cursor");
+        assert_eq!(d.filled(again, Batch::of(vec![]), ms(4)), None);
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(100)));
+        assert_eq!(r.after, Seq(0), "no read after the cursor first");
+        assert_eq!(d.filled(r, Batch::of(vec![]), ms(101)), None, "and no second read");
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(200)));
+        d.filled(r, Batch::of(vec![row(9, "b")]), ms(201));
+        d.acked(Seq(9), ms(202));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(203)));
+        assert_eq!(r.after, Seq(9), "rows found: the cursor again");
+    }
+
+    #[test]
+    fn a_key_with_a_row_behind_the_cursor_sends_the_read_back_to_the_beginning() {
+        // Rows 1 (key a) and 3 (key c) were read and acknowledged while row 2 (key b) had its
+        // seq but had not committed; b's next row, 4, comes after the cursor.
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, Batch::of(vec![row(1, "a"), row(3, "c")]), ms(1));
+        d.acked(Seq(1), ms(2));
+        d.acked(Seq(3), ms(3));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
+        assert_eq!(r.after, Seq(3));
+        // The store stops before row 4: b has row 2 behind the cursor.
+        let batch = Batch { rows: vec![], held: false, behind: true };
+        let again = d.filled(r, batch, ms(5)).expect("a read from the beginning");
+        assert_eq!(again.after, Seq(0));
+        d.filled(again, Batch::of(vec![row(2, "b"), row(4, "b")]), ms(6));
+        assert_eq!(d.head(), Some(row(2, "b")));
+        // Stopped after some rows: those go first, then the read starts from the beginning.
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, Batch::of(vec![row(3, "c")]), ms(1));
+        d.acked(Seq(3), ms(2));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
+        d.filled(r, Batch { rows: vec![row(5, "e")], held: false, behind: true }, ms(4));
+        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(5)), HeadPlan::Serve(row(5, "e")));
+        d.acked(Seq(5), ms(6));
+        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(7))).after, Seq(0));
+    }
+
+    #[test]
+    fn acknowledgements_are_due_by_count_or_by_age() {
+        let options = SessionDrainOptions { ack_batch: 2, ..SessionDrainOptions::default() };
+        let mut d = SessionDrain::new(options, ms(0));
+        assert!(!d.acked(Seq(1), ms(0)));
+        assert!(d.acked(Seq(2), ms(1)));
+        assert_eq!(d.take_acks(), vec![Seq(1), Seq(2)]);
+        assert!(!d.has_acks());
+        assert!(!d.acked(Seq(3), ms(10)));
+        assert!(d.acked(Seq(4), ms(60)), "the oldest is 50 ms old");
+    }
+
+    #[test]
+    fn unparking_a_key_forces_a_full_read_and_parking_drops_the_batch() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b"), row(3, "a")]), ms(1));
+        d.acked(Seq(1), ms(2));
+        let parked = ParkedKeys::new(["a".to_owned()]);
+        let r = read(d.plan_head(&parked, ms(3)));
+        assert_eq!(r.after, Seq(1), "parking reads on from the cursor");
+        d.filled(r, Batch::of(vec![row(2, "b")]), ms(3));
+        d.acked(Seq(2), ms(4));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(5)));
+        assert_eq!(r.after, Seq(0), "unparking reads from the start");
+    }
+
+    #[test]
+    fn a_row_the_barrier_holds_is_read_again_and_a_full_read_comes_every_second() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, Batch { rows: vec![row(1, "a")], held: true, behind: false }, ms(1));
+        assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
+        d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(3));
+        d.acked(Seq(1), ms(4));
+        assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(5)), HeadPlan::Serve(_)));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1_004)));
+        assert_eq!(r.after, Seq(0), "a second after the last full read");
+    }
+
+    #[test]
+    fn retries_and_dead_letters_drop_the_batch() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(1));
+        d.changed();
+        assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(2)));
+        d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(2));
+        d.dead_lettered(Seq(1));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
+        assert_eq!(r.after, Seq(1));
+    }
+}
