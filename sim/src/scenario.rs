@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use keyorder::liveness::LivenessConfig;
 use keyorder::retry::RetryPolicy;
+use keyorder::store::postgres::admin::takeover_delay;
+use keyorder::store::session_drain::SessionDrainOptions;
 use keyorder::worker::WorkerConfig;
 use keyorder::PartitionCount;
 use rand::rngs::StdRng;
@@ -429,7 +431,19 @@ impl Scenario {
         // store's detection is the session bound the worker keeps its sessions inside.
         config.request_timeout = ms(self.request_timeout_ms);
         config.session_timeout = Some(ms(self.detection_ms));
-        config.takeover_delay = self.takeover_delay_ms.map(ms);
+        // A session lease serves rows read ahead up to `ack_delay` after the store last answered,
+        // so its record of last contact may be that stale (production PostgreSQL's margin); an
+        // expiry lease's is exact.
+        if self.lease.expiry().is_none() {
+            config.session_margin = SessionDrainOptions::default().ack_delay;
+        }
+        // Unset, a session lease waits what production PostgreSQL's does (a delivery plus the
+        // read-ahead's `ack_delay`); an expiry lease, a delivery (production SQLite).
+        config.takeover_delay = match (self.takeover_delay_ms, self.lease.expiry()) {
+            (Some(wait), _) => Some(ms(wait)),
+            (None, None) => Some(takeover_delay(config.delivery_timeout)),
+            (None, Some(_)) => None,
+        };
         config.strict_partition_order = self.strict_partition_order;
         config.start_offset = (index * usize::from(self.partitions) / self.workers) as u16;
         config
@@ -439,8 +453,8 @@ impl Scenario {
     /// session timeout, derived from the workers' configuration by the same code and checked
     /// by the same rules as `keyorder work --session-timeout-ms`.
     pub fn liveness(&self) -> LivenessConfig {
-        // The simulated store answers every statement itself: "last heard" is exact.
-        self.worker_config(0).liveness(Duration::from_millis(self.detection_ms), Duration::ZERO)
+        let config = self.worker_config(0);
+        config.liveness(Duration::from_millis(self.detection_ms), config.session_margin)
     }
 
     /// The expiry lease's rules: the stated skew bound covers every worker's offset, and a

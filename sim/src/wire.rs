@@ -241,6 +241,8 @@ enum_wire!(StoreRequest:
     10 => Pooled,
     11 => Ping,
     12 => Renew { partition, epoch },
+    13 => ReadAfter { partition, epoch, after, skip, limit },
+    14 => AckMany { partition, epoch, seqs },
 );
 
 enum_wire!(StoreResponse:
@@ -254,6 +256,7 @@ enum_wire!(StoreResponse:
     7 => NotHeld,
     8 => Refused(reason),
     9 => Lasts { until_us, answer },
+    10 => Batch { heads, held, behind },
 );
 
 impl<T: Wire> Wire for Box<T> {
@@ -329,6 +332,14 @@ mod tests {
             StoreRequest::Pooled,
             StoreRequest::Ping,
             StoreRequest::Renew { partition: p, epoch: e },
+            StoreRequest::ReadAfter {
+                partition: p,
+                epoch: e,
+                after: Seq(3),
+                skip: ParkedKeys::new(["k".to_owned()]),
+                limit: 64,
+            },
+            StoreRequest::AckMany { partition: p, epoch: e, seqs: vec![Seq(1), Seq(2)] },
         ] {
             round_trip(req);
         }
@@ -345,6 +356,7 @@ mod tests {
             StoreResponse::Duplicate,
             StoreResponse::NotHeld,
             StoreResponse::Refused("no".into()),
+            StoreResponse::Batch { heads: vec![head(4)], held: true, behind: false },
             StoreResponse::Lasts {
                 until_us: 5,
                 answer: Box::new(StoreResponse::Heads(vec![head(3)])),

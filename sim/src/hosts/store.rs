@@ -370,12 +370,17 @@ impl StoreState {
                 StoreResponse::Heads(self.heads(partition, at, &skip, limit as usize))
             }
             R::Ack { partition, seq, .. } => {
-                if let Some(row) = self.durable.dequeue(partition, seq) {
-                    let mut rec = rec.borrow_mut();
-                    rec.history.acks.push(Acked { seq: row.origin, at });
-                    rec.log(at, "store", format_args!("ack p{partition} seq={seq}"));
+                self.ack(partition, seq, at, rec);
+                StoreResponse::Ok
+            }
+            R::AckMany { partition, seqs, .. } => {
+                for seq in seqs {
+                    self.ack(partition, seq, at, rec);
                 }
                 StoreResponse::Ok
+            }
+            R::ReadAfter { partition, after, skip, limit, .. } => {
+                self.read_after(partition, after, at, &skip, limit as usize)
             }
             R::Retry { partition, seq, attempts, retry_in_us, error, .. } => {
                 self.retry(
@@ -396,6 +401,15 @@ impl StoreState {
                 self.insert(session, event_id, key, partition, layout)
             }
             R::Commit => self.commit(session, at, rec),
+        }
+    }
+
+    /// Deletes a delivered row, if it is still queued.
+    fn ack(&mut self, partition: PartitionId, seq: Seq, at: Time, rec: &SharedRecorder) {
+        if let Some(row) = self.durable.dequeue(partition, seq) {
+            let mut rec = rec.borrow_mut();
+            rec.history.acks.push(Acked { seq: row.origin, at });
+            rec.log(at, "store", format_args!("ack p{partition} seq={seq}"));
         }
     }
 
@@ -640,38 +654,93 @@ impl StoreState {
         skip: &ParkedKeys,
         limit: usize,
     ) -> Vec<WireHead> {
-        let range = (partition, Seq(i64::MIN))..=(partition, Seq(i64::MAX));
-        let skipping = self.durable.breaks.skip_without_parking;
-        let rows = self.durable.rows.range(range).filter(|(_, row)| {
-            if skipping {
-                row.not_before.is_none_or(|t| t <= at)
-            } else {
-                !skip.contains(&row.key)
-            }
-        });
         let mut heads = Vec::new();
-        for ((_, seq), row) in rows.take(limit) {
-            let oldest = self.durable.oldest_layout(&row.key).unwrap_or(row.layout);
-            let backoff = row.not_before.filter(|t| *t > at).map(|t| t.saturating_since(at));
-            let wait = match barrier(row.layout, oldest) {
-                Barrier::Held if self.durable.barrier => {
-                    Some(backoff.unwrap_or_default().max(DEFAULT_HOLD_POLL))
-                }
-                Barrier::Held | Barrier::Open => backoff,
-            };
-            heads.push(WireHead {
-                seq: *seq,
-                event_id: row.event_id.clone(),
-                key: row.key.clone(),
-                attempts: row.attempts,
-                wait_us: wait.map(|w| w.as_micros() as u64),
-                last_error: row.last_error.clone(),
-            });
-            if wait.is_some() {
+        for (seq, row) in self.visible(partition, Seq(i64::MIN), at, skip).take(limit) {
+            let (head, _) = self.wire_head(seq, row, at);
+            let waits = head.wait_us.is_some();
+            heads.push(head);
+            if waits {
                 break;
             }
         }
         heads
+    }
+
+    /// PostgreSQL's head query for a session lease: up to `limit` rows after `after`, as
+    /// [`Self::heads`] passes them over, ending at the first the barrier holds and before the
+    /// first whose key has a row at or behind `after`. A row that waits for its retry does not
+    /// end the batch.
+    fn read_after(
+        &self,
+        partition: PartitionId,
+        after: Seq,
+        at: Time,
+        skip: &ParkedKeys,
+        limit: usize,
+    ) -> StoreResponse {
+        let mut heads = Vec::new();
+        let first = Seq(after.0.saturating_add(1));
+        let behind: BTreeSet<&str> = if after > Seq(0) {
+            let range = (partition, Seq(i64::MIN))..=(partition, after);
+            self.durable.rows.range(range).map(|(_, row)| row.key.as_str()).collect()
+        } else {
+            BTreeSet::new()
+        };
+        for (seq, row) in self.visible(partition, first, at, skip).take(limit) {
+            if behind.contains(row.key.as_str()) {
+                return StoreResponse::Batch { heads, held: false, behind: true };
+            }
+            let (head, held) = self.wire_head(seq, row, at);
+            heads.push(head);
+            if held {
+                return StoreResponse::Batch { heads, held: true, behind: false };
+            }
+        }
+        StoreResponse::Batch { heads, held: false, behind: false }
+    }
+
+    /// The partition's rows from seq `from` on that a head read sees: those of keys not in
+    /// `skip`; the `skip-without-parking` design passes over the rows that are backing off
+    /// instead, whatever their key, so a failing key's later rows go first.
+    fn visible<'a>(
+        &'a self,
+        partition: PartitionId,
+        from: Seq,
+        at: Time,
+        skip: &'a ParkedKeys,
+    ) -> impl Iterator<Item = (Seq, &'a Row)> + 'a {
+        let skipping = self.durable.breaks.skip_without_parking;
+        self.durable
+            .rows
+            .range((partition, from)..=(partition, Seq(i64::MAX)))
+            .filter(move |(_, row)| {
+                if skipping {
+                    row.not_before.is_none_or(|t| t <= at)
+                } else {
+                    !skip.contains(&row.key)
+                }
+            })
+            .map(|((_, seq), row)| (*seq, row))
+    }
+
+    /// A row as a head read answers it at `at`, and whether the online repartition's barrier
+    /// holds it. A held row comes back with a short wait, like a recorded backoff: the worker
+    /// looks again without an attempt.
+    fn wire_head(&self, seq: Seq, row: &Row, at: Time) -> (WireHead, bool) {
+        let oldest = self.durable.oldest_layout(&row.key).unwrap_or(row.layout);
+        let backoff = row.not_before.filter(|t| *t > at).map(|t| t.saturating_since(at));
+        let held = self.durable.barrier && barrier(row.layout, oldest) == Barrier::Held;
+        let wait =
+            if held { Some(backoff.unwrap_or_default().max(DEFAULT_HOLD_POLL)) } else { backoff };
+        let head = WireHead {
+            seq,
+            event_id: row.event_id.clone(),
+            key: row.key.clone(),
+            attempts: row.attempts,
+            wait_us: wait.map(|w| w.as_micros() as u64),
+            last_error: row.last_error.clone(),
+        };
+        (head, held)
     }
 
     fn insert(

@@ -22,6 +22,7 @@ use keyorder::clock::Clock;
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::{Head, ParkedKeys};
 use keyorder::store::read_ahead::ReadAhead;
+use keyorder::store::session_drain::{Batch, HeadPlan, Read, SessionDrain, SessionDrainOptions};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
@@ -118,6 +119,11 @@ pub struct SimLease {
     control: SharedControl,
     /// Expiry leases only: what the holder knows of its expiry.
     expiry: Option<Expiry>,
+    /// Session leases only: the cursor, rows read ahead and buffered acknowledgements, by
+    /// production PostgreSQL's rules ([`SessionDrain`]).
+    drain: Option<SessionDrain>,
+    /// The worker's clock.
+    clock: SimClock,
 }
 
 /// An expiry lease as its holder sees it: the expiry the store last answered (store time), the
@@ -232,6 +238,11 @@ impl Store for SimStore {
                 worker: self.worker.clone(),
                 control: self.control.clone(),
                 expiry: self.expiry_of(partition, granted.epoch, granted.until_us),
+                drain: self
+                    .expiry
+                    .is_none()
+                    .then(|| SessionDrain::new(SessionDrainOptions::default(), self.clock.now())),
+                clock: self.clock,
             })),
             StoreResponse::Lock(None) => Ok(None),
             other => Err(unexpected("try_lock", other)),
@@ -384,6 +395,73 @@ impl SimLease {
             other => Err(unexpected(operation, other)),
         }
     }
+
+    /// A session lease's statement answered: what its drain knows of the session.
+    fn heard(&mut self) {
+        let now = self.clock.now();
+        if let Some(d) = &mut self.drain {
+            d.heard(now);
+        }
+    }
+
+    /// Deletes a session lease's buffered acknowledgements, if any.
+    async fn flush_acks(&mut self) -> Result<(), StoreError> {
+        let Some(d) = self.drain.as_mut().filter(|d| d.has_acks()) else { return Ok(()) };
+        let seqs = d.take_acks();
+        let req = StoreRequest::AckMany { partition: self.partition, epoch: self.epoch, seqs };
+        self.expect_ok(req, "ack").await?;
+        self.heard();
+        Ok(())
+    }
+
+    /// One round trip that proves a session: its buffered acknowledgements, else a ping.
+    async fn prove(&mut self) -> Result<(), StoreError> {
+        if self.drain.as_ref().is_some_and(SessionDrain::has_acks) {
+            return self.flush_acks().await;
+        }
+        self.expect_ok(StoreRequest::Ping, "ping").await?;
+        self.heard();
+        Ok(())
+    }
+
+    /// A session lease's head read: `read`, and the look behind the cursor it may call for.
+    async fn read_after(&mut self, read: Read) -> Result<(), StoreError> {
+        let mut next = Some(read);
+        while let Some(read) = next {
+            let Some(d) = &self.drain else { return Ok(()) };
+            let (skip, limit) = (d.skipped().clone(), d.options().read_ahead);
+            let (partition, epoch) = (self.partition, self.epoch);
+            let req = StoreRequest::ReadAfter { partition, epoch, after: read.after, skip, limit };
+            let batch = match self.fenced(req, "fetch_head").await? {
+                StoreResponse::Batch { heads, held, behind } => {
+                    Batch { rows: heads.into_iter().map(stored).collect(), held, behind }
+                }
+                other => return Err(unexpected("fetch_head", other)),
+            };
+            let now = self.clock.now();
+            next = self.drain.as_mut().and_then(|d| d.filled(read, batch, now));
+        }
+        Ok(())
+    }
+
+    /// A session lease's head, by production PostgreSQL's rules.
+    async fn session_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
+        gate(&self.control, &self.worker).await;
+        let now = self.clock.now();
+        let Some(d) = &mut self.drain else { return Ok(None) };
+        match d.plan_head(skip, now) {
+            HeadPlan::Serve(head) => Ok(Some(head)),
+            HeadPlan::Prove => {
+                self.prove().await?;
+                Ok(self.drain.as_ref().and_then(SessionDrain::head))
+            }
+            HeadPlan::Read(read) => {
+                self.flush_acks().await?;
+                self.read_after(read).await?;
+                Ok(self.drain.as_ref().and_then(SessionDrain::head))
+            }
+        }
+    }
 }
 
 impl LeaseSession for SimLease {
@@ -423,7 +501,8 @@ impl LeaseSession for SimLease {
     }
 
     async fn keep_alive(&mut self) -> Result<(), StoreError> {
-        self.expect_ok(StoreRequest::Ping, "ping").await
+        // A session lease's buffered acknowledgements prove it as well as a ping (PostgreSQL).
+        self.prove().await
     }
 
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
@@ -445,6 +524,9 @@ impl LeaseSession for SimLease {
     }
 
     async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
+        if self.drain.is_some() {
+            return self.session_head(skip).await;
+        }
         let mut limit = None;
         if let Some(e) = &mut self.expiry {
             // Production SQLite's read-ahead: an unparked key's oldest row lies behind what was
@@ -481,6 +563,13 @@ impl LeaseSession for SimLease {
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        if let Some(d) = &mut self.drain {
+            if d.acked(seq, now) {
+                self.flush_acks().await?;
+            }
+            return Ok(());
+        }
         if let Some(e) = &mut self.expiry {
             e.ahead.acked(seq);
         }
@@ -502,6 +591,10 @@ impl LeaseSession for SimLease {
             // The row changes: what was read ahead is read again.
             e.ahead.clear();
         }
+        self.flush_acks().await?;
+        if let Some(d) = &mut self.drain {
+            d.changed();
+        }
         let req = StoreRequest::Retry {
             partition: self.partition,
             epoch: self.epoch,
@@ -510,7 +603,9 @@ impl LeaseSession for SimLease {
             retry_in_us: retry_in.as_micros() as u64,
             error: error.to_owned(),
         };
-        self.expect_ok(req, "schedule_retry").await
+        self.expect_ok(req, "schedule_retry").await?;
+        self.heard();
+        Ok(())
     }
 
     async fn dead_letter(
@@ -522,6 +617,10 @@ impl LeaseSession for SimLease {
         if let Some(e) = &mut self.expiry {
             e.ahead.clear();
         }
+        self.flush_acks().await?;
+        if let Some(d) = &mut self.drain {
+            d.changed();
+        }
         let req = StoreRequest::DeadLetter {
             partition: self.partition,
             epoch: self.epoch,
@@ -529,7 +628,12 @@ impl LeaseSession for SimLease {
             attempts,
             reason: reason.to_owned(),
         };
-        self.expect_ok(req, "dead_letter").await
+        self.expect_ok(req, "dead_letter").await?;
+        if let Some(d) = &mut self.drain {
+            d.dead_lettered(seq);
+        }
+        self.heard();
+        Ok(())
     }
 
     async fn release(mut self, handover: Handover) -> Result<(), StoreError> {
@@ -540,6 +644,8 @@ impl LeaseSession for SimLease {
         if self.expiry.is_some() {
             return self.expect_ok(req, "unlock").await;
         }
+        // The last acknowledgements go before the lock (PostgreSQL's hand-back).
+        self.flush_acks().await?;
         gate(&self.control, &self.worker).await;
         match self.conn.exchange(&req).await? {
             StoreResponse::Ok => Ok(()),
