@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replays 505 seeds (300 small, 60 medium, 5 large, every broken design on 10 small seeds, 20
+# Replays 515 seeds (300 small, 60 medium, 5 large, every broken design on 10 small seeds, 20
 # with --strict-partition-order) twice, skipping idle hosts and steps (the default) and with
 # --every-tick (every host ticked every millisecond, as upstream turmoil does), and prints
 # every seed whose two trace hashes differ, then the totals. The idle-skipping must not change
@@ -26,7 +26,7 @@ for s in $(seq 2000 2059); do compare "$s" --size medium; done
 for s in 10 11 12 13 14; do compare "$s" --size large; done
 for b in random-hash two-readers unfenced-lease flip-without-drain requeue-at-tail \
   parallel-in-partition unserialised-producers unbounded-retry handover-always-clean \
-  unfenced-expiry skip-without-parking pin-without-barrier; do
+  unfenced-expiry skip-without-parking pin-without-barrier cursor-past-parked; do
   for s in $(seq 20 29); do compare "$s" --size small --break "$b"; done
 done
 for s in $(seq 3000 3019); do compare "$s" --size small --strict-partition-order; done

@@ -45,11 +45,16 @@ pub enum Break {
     /// layout epoch, while the key still has rows queued on its old partition: no barrier holds
     /// its new rows behind the old ones.
     PinWithoutBarrier,
+    /// A PostgreSQL drain whose cursor passes a key's rows: while the key is parked, other keys'
+    /// acknowledgements move the cursor past its rows, and after the unpark a read after the
+    /// cursor serves its later rows before them (keyorder's own PostgreSQL store before
+    /// 2026-12-06, found when the simulation first ran its rules).
+    CursorPastParked,
 }
 
 impl Break {
     /// Every entry, in catalogue order.
-    pub const ALL: [Break; 12] = [
+    pub const ALL: [Break; 13] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -62,6 +67,7 @@ impl Break {
         Break::UnfencedExpiry,
         Break::SkipWithoutParking,
         Break::PinWithoutBarrier,
+        Break::CursorPastParked,
     ];
 
     /// The violation the checker must report when this design runs.
@@ -75,9 +81,10 @@ impl Break {
             | Break::ParallelInPartition
             | Break::HandoverAlwaysClean
             | Break::UnfencedExpiry => Kind::Concurrent,
-            Break::RequeueAtTail | Break::UnserialisedProducers | Break::SkipWithoutParking => {
-                Kind::Reorder
-            }
+            Break::RequeueAtTail
+            | Break::UnserialisedProducers
+            | Break::SkipWithoutParking
+            | Break::CursorPastParked => Kind::Reorder,
             Break::UnboundedRetry => Kind::Stall,
         }
     }
@@ -97,6 +104,7 @@ impl Break {
             Break::UnfencedExpiry => "unfenced-expiry",
             Break::SkipWithoutParking => "skip-without-parking",
             Break::PinWithoutBarrier => "pin-without-barrier",
+            Break::CursorPastParked => "cursor-past-parked",
         }
     }
 }

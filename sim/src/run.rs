@@ -119,6 +119,7 @@ pub fn run_with(
         always_clean: scenario.has(Break::HandoverAlwaysClean),
         unfenced_expiry: scenario.has(Break::UnfencedExpiry),
         skip_without_parking: scenario.has(Break::SkipWithoutParking),
+        cursor_past_parked: scenario.has(Break::CursorPastParked),
     };
     world.store.borrow_mut().durable.expiry =
         scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms));
@@ -165,6 +166,7 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
             rec: world.rec.clone(),
             request_timeout,
             unfenced: scenario.has(Break::UnfencedLease),
+            cursor_past_parked: scenario.has(Break::CursorPastParked),
             parallel: scenario.has(Break::ParallelInPartition),
             clock: SimClock { offset_ms: scenario.lease.expiry().map_or(0, |e| e.skew(i)) },
             expiry: scenario.lease.expiry().map(|e| ExpiryClient {

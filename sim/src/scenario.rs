@@ -648,6 +648,23 @@ impl Scenario {
                 s.keys[k].endpoint.retry_after_ms = Some(100);
                 s.keys[k].endpoint.poison.clear();
             }
+            Break::CursorPastParked => {
+                // Keys that fail for stretches, every other one: parked while their partitions'
+                // other keys are delivered and acknowledged past their rows, unparked, and
+                // parked again while a read after the cursor is due.
+                // At least four keys a partition, so two can be parked at once while a third
+                // moves the cursor.
+                let events = s.keys.iter().map(|k| k.events).min().unwrap_or(4);
+                for i in s.keys.len()..usize::from(s.partitions) * 4 {
+                    s.keys.push(key_spec(&mut rng, i, events));
+                }
+                for k in s.keys.iter_mut().step_by(2) {
+                    k.events = k.events.max(4);
+                    k.endpoint.fail_first = 2;
+                    k.endpoint.retry_after_ms = Some(100);
+                    k.endpoint.poison.clear();
+                }
+            }
             Break::PinWithoutBarrier => {
                 // A pin change while the whale has rows queued on its old partition, every
                 // time: early in the load, no change of count to move the key first, and the

@@ -128,6 +128,9 @@ pub struct SessionDrain {
     /// A cursor read stopped at a row whose key has a row behind the cursor: the next read
     /// starts from the beginning.
     rewind: bool,
+    /// An unpark sends the cursor back to the start (always, except in the simulation's
+    /// `cursor-past-parked` design).
+    rewind_on_unpark: bool,
 }
 
 impl SessionDrain {
@@ -145,7 +148,17 @@ impl SessionDrain {
             held: false,
             drained: false,
             rewind: false,
+            rewind_on_unpark: true,
         }
+    }
+
+    /// The rule before 2026-12-06, kept only for the simulation's catalogue of broken designs
+    /// (`cursor-past-parked`): an unpark leaves the cursor where acknowledgements of other keys
+    /// moved it, past the unparked key's rows. No store may use it.
+    #[doc(hidden)]
+    pub fn keeping_the_cursor_on_unpark(mut self) -> Self {
+        self.rewind_on_unpark = false;
+        self
     }
 
     /// The parked keys the read-ahead passes over (what a read from the store must skip).
@@ -168,7 +181,9 @@ impl SessionDrain {
             // move the cursor, so no read after it can pass over them.
             if !self.skipped.is_subset(skip) {
                 full = true;
-                self.cursor = Seq(0);
+                if self.rewind_on_unpark {
+                    self.cursor = Seq(0);
+                }
             }
             self.ahead.clear();
             self.skipped = skip.clone();

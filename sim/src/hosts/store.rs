@@ -138,6 +138,9 @@ pub struct StoreBreaks {
     /// `skip-without-parking`: a head read passes over the rows that are backing off but
     /// serves the same key's later rows.
     pub skip_without_parking: bool,
+    /// `cursor-past-parked`: a read after the cursor does not say which rows have a row of
+    /// their key behind it.
+    pub cursor_past_parked: bool,
 }
 
 #[derive(Debug, Default)]
@@ -680,7 +683,7 @@ impl StoreState {
     ) -> StoreResponse {
         let mut heads = Vec::new();
         let first = Seq(after.0.saturating_add(1));
-        let behind: BTreeSet<&str> = if after > Seq(0) {
+        let behind: BTreeSet<&str> = if after > Seq(0) && !self.durable.breaks.cursor_past_parked {
             let range = (partition, Seq(i64::MIN))..=(partition, after);
             self.durable.rows.range(range).map(|(_, row)| row.key.as_str()).collect()
         } else {

@@ -79,6 +79,8 @@ pub struct SimStore {
     request_timeout: Duration,
     /// `unfenced-lease`: statements go over a pooled connection, not the lease's.
     unfenced: bool,
+    /// `cursor-past-parked`: an unpark leaves a session lease's cursor where it was.
+    cursor_past_parked: bool,
     /// The worker's clock.
     clock: SimClock,
     /// Expiry leases: the delivery check's margin and the renewal period; `None`: session locks.
@@ -94,7 +96,15 @@ impl SimStore {
         clock: SimClock,
         expiry: Option<ExpiryClient>,
     ) -> Self {
-        Self { worker: worker.into(), control, request_timeout, unfenced: false, clock, expiry }
+        Self {
+            worker: worker.into(),
+            control,
+            request_timeout,
+            unfenced: false,
+            cursor_past_parked: false,
+            clock,
+            expiry,
+        }
     }
 }
 
@@ -238,10 +248,7 @@ impl Store for SimStore {
                 worker: self.worker.clone(),
                 control: self.control.clone(),
                 expiry: self.expiry_of(partition, granted.epoch, granted.until_us),
-                drain: self
-                    .expiry
-                    .is_none()
-                    .then(|| SessionDrain::new(SessionDrainOptions::default(), self.clock.now())),
+                drain: self.expiry.is_none().then(|| self.session_drain()),
                 clock: self.clock,
             })),
             StoreResponse::Lock(None) => Ok(None),
@@ -251,6 +258,16 @@ impl Store for SimStore {
 }
 
 impl SimStore {
+    /// A new session lease's drain, by production PostgreSQL's rules.
+    fn session_drain(&self) -> SessionDrain {
+        let drain = SessionDrain::new(SessionDrainOptions::default(), self.clock.now());
+        if self.cursor_past_parked {
+            drain.keeping_the_cursor_on_unpark()
+        } else {
+            drain
+        }
+    }
+
     /// The holder's view of a granted expiry lease, with its renewal task started.
     fn expiry_of(
         &self,
@@ -830,6 +847,8 @@ pub struct WorkerHost {
     pub request_timeout: Duration,
     /// `unfenced-lease`.
     pub unfenced: bool,
+    /// `cursor-past-parked`.
+    pub cursor_past_parked: bool,
     /// `parallel-in-partition`.
     pub parallel: bool,
     /// The worker's clock.
@@ -855,6 +874,7 @@ impl WorkerHost {
                     control: this.control.clone(),
                     request_timeout: this.request_timeout,
                     unfenced: this.unfenced,
+                    cursor_past_parked: this.cursor_past_parked,
                     clock: this.clock,
                     expiry: this.expiry,
                 };

@@ -115,3 +115,8 @@ fn skip_without_parking_is_caught_as_reorder() {
 fn a_pin_without_barrier_is_caught_as_split_key() {
     check(Break::PinWithoutBarrier);
 }
+
+#[test]
+fn a_cursor_past_parked_rows_is_caught_as_reorder() {
+    check(Break::CursorPastParked);
+}
