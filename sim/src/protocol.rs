@@ -45,8 +45,7 @@ pub enum StoreRequest {
     Ack { partition: PartitionId, epoch: Epoch, seq: Seq },
     /// A session lease's read ahead (PostgreSQL's head query): up to `limit` rows with a seq
     /// above `after`, oldest first, none of a key in `skip`, ending at the first row the
-    /// online repartition's barrier holds and before the first whose key has a row at or
-    /// behind `after`; answered as [`StoreResponse::Batch`].
+    /// online repartition's barrier holds; answered as [`StoreResponse::Batch`].
     ReadAfter { partition: PartitionId, epoch: Epoch, after: Seq, skip: ParkedKeys, limit: u32 },
     /// Delete buffered acknowledgements together, fenced (a session lease's batch delete).
     AckMany { partition: PartitionId, epoch: Epoch, seqs: Vec<Seq> },
@@ -118,9 +117,8 @@ pub enum StoreResponse {
     Head(Option<WireHead>),
     /// The oldest rows read ahead, oldest first (a `FetchHead` with a `limit`).
     Heads(Vec<WireHead>),
-    /// A `ReadAfter`'s rows, oldest first; `held`: the last is held by the barrier; `behind`:
-    /// they stop before a row whose key has a row at or behind the cursor.
-    Batch { heads: Vec<WireHead>, held: bool, behind: bool },
+    /// A `ReadAfter`'s rows, oldest first; `held`: the last is held by the barrier.
+    Batch { heads: Vec<WireHead>, held: bool },
     /// The sequence number given to an insert.
     Inserted(Seq),
     /// The event id was committed before (the unique constraint).

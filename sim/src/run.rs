@@ -119,7 +119,6 @@ pub fn run_with(
         always_clean: scenario.has(Break::HandoverAlwaysClean),
         unfenced_expiry: scenario.has(Break::UnfencedExpiry),
         skip_without_parking: scenario.has(Break::SkipWithoutParking),
-        cursor_past_parked: scenario.has(Break::CursorPastParked),
     };
     world.store.borrow_mut().durable.expiry =
         scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms));

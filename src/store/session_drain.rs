@@ -18,14 +18,18 @@
 //!   from the store, a retry, a dead letter, the hand-back). A session lost with some buffered
 //!   only redelivers them.
 //! * **Parked keys** are passed over by the read and never served from what was read ahead:
-//!   parking a key drops the read-ahead; unparking one makes the next read a full read, since
-//!   the key's oldest row lies behind the cursor.
-//! * **Late commits.** A row whose seq was taken before the cursor's but that committed after
-//!   rows behind it were acknowledged lies behind the cursor, out of a cursor read's sight; its
-//!   key's later rows do not. So a cursor read also says, per row, whether a row of the same key
-//!   lies at or behind the cursor: the batch ends before the first such row, and the read goes
-//!   back to the beginning, which returns every key's rows oldest first. (A full read every
-//!   `full_scan_every` finds the late row of a key with nothing after it.)
+//!   parking a key drops the read-ahead. While a key is parked, acknowledgements of other keys
+//!   move the cursor past its rows, so unparking it sends the cursor back to the start: reads
+//!   go from the beginning until acknowledgements, now in seq order again, move it on. (Keeping
+//!   the cursor and making only the next read a full one, as before 2026-12-06, let a read
+//!   after the cursor pass the unparked key's rows once another key was parked: the
+//!   simulation's `cursor-past-parked` design.)
+//! * **Late commits.** A row whose seq was taken before rows that were then delivered and
+//!   acknowledged, but that committed after them (a long producer transaction), lies behind
+//!   the cursor. A full read finds it within `full_scan_every`; if its key's next row is read
+//!   after the cursor before then, that row goes first. Closing the window needs a per-row
+//!   probe of the key's rows behind the cursor, which PostgreSQL answers by walking every
+//!   deleted row of the key not yet vacuumed (README, "Known gap: a commit behind the cursor").
 //! * **The barrier.** A row the online repartition's barrier holds ends a batch and is read
 //!   again at the next look.
 
@@ -93,14 +97,12 @@ pub struct Batch {
     pub rows: Vec<StoredHead>,
     /// The last row is held by the online repartition's barrier.
     pub held: bool,
-    /// The rows stop before one whose key has a row at or behind the read's cursor.
-    pub behind: bool,
 }
 
 impl Batch {
-    /// Rows read, none held and none with an older row of its key behind the cursor.
+    /// Rows read, none held by the barrier.
     pub fn of(rows: Vec<StoredHead>) -> Self {
-        Self { rows, held: false, behind: false }
+        Self { rows, held: false }
     }
 }
 
@@ -125,9 +127,6 @@ pub struct SessionDrain {
     /// The last read, from the beginning, found nothing: the next starts there too, since a
     /// read after the cursor would find nothing either and be followed by one that does.
     drained: bool,
-    /// A cursor read stopped at a row whose key has a row behind the cursor: the next read
-    /// starts from the beginning.
-    rewind: bool,
     /// An unpark sends the cursor back to the start (always, except in the simulation's
     /// `cursor-past-parked` design).
     rewind_on_unpark: bool,
@@ -147,7 +146,6 @@ impl SessionDrain {
             full_scan_at: now,
             held: false,
             drained: false,
-            rewind: false,
             rewind_on_unpark: true,
         }
     }
@@ -198,7 +196,7 @@ impl SessionDrain {
                 return HeadPlan::Serve(head.clone());
             }
         }
-        let full = full || self.drained || self.rewind;
+        let full = full || self.drained;
         let after = if full { Seq(0) } else { self.cursor };
         HeadPlan::Read(Read { after, full, at: now })
     }
@@ -214,18 +212,13 @@ impl SessionDrain {
     }
 
     /// Takes in the batch `read` returned, answered at `now`: `batch.rows` oldest first, ending
-    /// at the first the barrier holds when `batch.held`, and before the first whose key has a row
-    /// at or behind the cursor when `batch.behind`. Returns the read to run next, if any: when
-    /// nothing was found after the cursor, one read from the beginning looks behind it.
+    /// at the first the barrier holds when `batch.held`. Returns the read to run next, if any:
+    /// when nothing was found after the cursor, one read from the beginning looks behind it.
     pub fn filled(&mut self, read: Read, batch: Batch, now: Time) -> Option<Read> {
         self.heard(now);
-        let Batch { rows, held, behind } = batch;
-        self.ahead = rows.into();
-        self.held = held;
-        // Only a cursor read can pass over a key's older row.
-        self.rewind = behind && read.after > Seq(0);
+        self.ahead = batch.rows.into();
+        self.held = batch.held;
         if self.ahead.is_empty() && !read.full && read.after > Seq(0) {
-            self.rewind = false;
             return Some(Read { after: Seq(0), full: false, at: read.at });
         }
         if read.full || self.ahead.is_empty() {
@@ -349,35 +342,6 @@ mod tests {
     }
 
     #[test]
-    fn a_key_with_a_row_behind_the_cursor_sends_the_read_back_to_the_beginning() {
-        // Rows 1 (key a) and 3 (key c) were read and acknowledged while row 2 (key b) had its
-        // seq but had not committed; b's next row, 4, comes after the cursor.
-        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
-        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch::of(vec![row(1, "a"), row(3, "c")]), ms(1));
-        d.acked(Seq(1), ms(2));
-        d.acked(Seq(3), ms(3));
-        let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
-        assert_eq!(r.after, Seq(3));
-        // The store stops before row 4: b has row 2 behind the cursor.
-        let batch = Batch { rows: vec![], held: false, behind: true };
-        let again = d.filled(r, batch, ms(5)).expect("a read from the beginning");
-        assert_eq!(again.after, Seq(0));
-        d.filled(again, Batch::of(vec![row(2, "b"), row(4, "b")]), ms(6));
-        assert_eq!(d.head(), Some(row(2, "b")));
-        // Stopped after some rows: those go first, then the read starts from the beginning.
-        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
-        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch::of(vec![row(3, "c")]), ms(1));
-        d.acked(Seq(3), ms(2));
-        let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
-        d.filled(r, Batch { rows: vec![row(5, "e")], held: false, behind: true }, ms(4));
-        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(5)), HeadPlan::Serve(row(5, "e")));
-        d.acked(Seq(5), ms(6));
-        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(7))).after, Seq(0));
-    }
-
-    #[test]
     fn acknowledgements_are_due_by_count_or_by_age() {
         let options = SessionDrainOptions { ack_batch: 2, ..SessionDrainOptions::default() };
         let mut d = SessionDrain::new(options, ms(0));
@@ -408,7 +372,7 @@ mod tests {
     fn a_row_the_barrier_holds_is_read_again_and_a_full_read_comes_every_second() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch { rows: vec![row(1, "a")], held: true, behind: false }, ms(1));
+        d.filled(r, Batch { rows: vec![row(1, "a")], held: true }, ms(1));
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
         d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(3));

@@ -138,9 +138,6 @@ pub struct StoreBreaks {
     /// `skip-without-parking`: a head read passes over the rows that are backing off but
     /// serves the same key's later rows.
     pub skip_without_parking: bool,
-    /// `cursor-past-parked`: a read after the cursor does not say which rows have a row of
-    /// their key behind it.
-    pub cursor_past_parked: bool,
 }
 
 #[derive(Debug, Default)]
@@ -670,9 +667,8 @@ impl StoreState {
     }
 
     /// PostgreSQL's head query for a session lease: up to `limit` rows after `after`, as
-    /// [`Self::heads`] passes them over, ending at the first the barrier holds and before the
-    /// first whose key has a row at or behind `after`. A row that waits for its retry does not
-    /// end the batch.
+    /// [`Self::heads`] passes them over, ending at the first the barrier holds. A row that
+    /// waits for its retry does not end the batch.
     fn read_after(
         &self,
         partition: PartitionId,
@@ -683,23 +679,14 @@ impl StoreState {
     ) -> StoreResponse {
         let mut heads = Vec::new();
         let first = Seq(after.0.saturating_add(1));
-        let behind: BTreeSet<&str> = if after > Seq(0) && !self.durable.breaks.cursor_past_parked {
-            let range = (partition, Seq(i64::MIN))..=(partition, after);
-            self.durable.rows.range(range).map(|(_, row)| row.key.as_str()).collect()
-        } else {
-            BTreeSet::new()
-        };
         for (seq, row) in self.visible(partition, first, at, skip).take(limit) {
-            if behind.contains(row.key.as_str()) {
-                return StoreResponse::Batch { heads, held: false, behind: true };
-            }
             let (head, held) = self.wire_head(seq, row, at);
             heads.push(head);
             if held {
-                return StoreResponse::Batch { heads, held: true, behind: false };
+                return StoreResponse::Batch { heads, held: true };
             }
         }
-        StoreResponse::Batch { heads, held: false, behind: false }
+        StoreResponse::Batch { heads, held: false }
     }
 
     /// The partition's rows from seq `from` on that a head read sees: those of keys not in

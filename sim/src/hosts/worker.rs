@@ -450,8 +450,8 @@ impl SimLease {
             let (partition, epoch) = (self.partition, self.epoch);
             let req = StoreRequest::ReadAfter { partition, epoch, after: read.after, skip, limit };
             let batch = match self.fenced(req, "fetch_head").await? {
-                StoreResponse::Batch { heads, held, behind } => {
-                    Batch { rows: heads.into_iter().map(stored).collect(), held, behind }
+                StoreResponse::Batch { heads, held } => {
+                    Batch { rows: heads.into_iter().map(stored).collect(), held }
                 }
                 other => return Err(unexpected("fetch_head", other)),
             };

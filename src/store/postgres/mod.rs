@@ -336,16 +336,12 @@ struct Prepared {
     ping: Statement,
 }
 
-/// The head columns; whether the online repartition's per-key barrier holds the row (an
-/// older-layout row of its key is still queued); and whether a row of its key lies at or behind
-/// the cursor `$2` in the partition (one that committed late, or whose key was parked while the
-/// cursor moved on), so the read must go back to the beginning ([`SessionDrain`]).
+/// The head columns, and whether the online repartition's per-key barrier holds the row (an
+/// older-layout row of its key is still queued).
 const HEAD_COLUMNS: &str = "seq, event_id, partition_key, payload::text, attempts::int4,
     GREATEST(EXTRACT(EPOCH FROM (not_before - now())), 0)::float8, last_error,
     (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
-       WHERE o.partition_key = q.partition_key AND o.layout < q.layout)),
-    ($2::int8 > 0 AND EXISTS (SELECT 1 FROM delivery_queue b
-       WHERE b.partition_key = q.partition_key AND b.partition = q.partition AND b.seq <= $2))";
+       WHERE o.partition_key = q.partition_key AND o.layout < q.layout))";
 
 impl PgLease {
     fn p(&self) -> i16 {
@@ -412,8 +408,7 @@ impl PgLease {
         Ok(())
     }
 
-    /// The rows after seq `from`, head first, ending at the first the barrier holds and before
-    /// the first with a row of its key at or behind `from`.
+    /// The rows after seq `from`, head first, ending at the first the barrier holds.
     async fn read_batch(&mut self, from: i64) -> Result<Batch, StoreError> {
         let limit = i64::from(self.drain.options().read_ahead);
         let skipped = self.drain.skipped().clone();
@@ -428,9 +423,6 @@ impl PgLease {
         };
         let mut heads = Vec::with_capacity(rows.len());
         for r in &rows {
-            if r.get::<_, bool>(8) {
-                return Ok(Batch { rows: heads, held: false, behind: true });
-            }
             let wait: f64 = r.get(5);
             let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
             let held: bool = r.get(7);
@@ -449,7 +441,7 @@ impl PgLease {
                 last_error: r.get(6),
             });
             if held {
-                return Ok(Batch { rows: heads, held: true, behind: false });
+                return Ok(Batch { rows: heads, held: true });
             }
         }
         Ok(Batch::of(heads))
