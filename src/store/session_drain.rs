@@ -30,8 +30,12 @@
 //!   after the cursor before then, that row goes first. Closing the window needs a per-row
 //!   probe of the key's rows behind the cursor, which PostgreSQL answers by walking every
 //!   deleted row of the key not yet vacuumed (README, "Known gap: a commit behind the cursor").
-//! * **The barrier.** A row the online repartition's barrier holds ends a batch and is read
-//!   again at the next look.
+//! * **Rows that wait** (a recorded retry time, or the online repartition's barrier) end a
+//!   batch, and as the head are read again at the next look: a wait is only as fresh as the read
+//!   that returned it. (Serving a waiting head again from the read-ahead, as before 2026-12-06,
+//!   handed out the same wait every time: with `--strict-partition-order` a partition waited for
+//!   its head over and over until a full read, found when the simulation first ran these
+//!   rules.)
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -216,8 +220,21 @@ impl SessionDrain {
     /// when nothing was found after the cursor, one read from the beginning looks behind it.
     pub fn filled(&mut self, read: Read, batch: Batch, now: Time) -> Option<Read> {
         self.heard(now);
-        self.ahead = batch.rows.into();
+        let mut rows = batch.rows;
         self.held = batch.held;
+        // A row that waits (its retry time, or the barrier) is handed out as the head at most
+        // once and never kept behind another: served again later, its wait would be as stale
+        // as the read. It ends the batch, and as the head it is read afresh next time.
+        if let Some(first) = rows.iter().position(|h| h.wait.is_some()) {
+            if first == 0 {
+                rows.truncate(1);
+                self.held = true;
+            } else {
+                rows.truncate(first);
+                self.held = false;
+            }
+        }
+        self.ahead = rows.into();
         if self.ahead.is_empty() && !read.full && read.after > Seq(0) {
             return Some(Read { after: Seq(0), full: false, at: read.at });
         }
@@ -380,6 +397,23 @@ mod tests {
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(5)), HeadPlan::Serve(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1_004)));
         assert_eq!(r.after, Seq(0), "a second after the last full read");
+    }
+
+    #[test]
+    fn a_row_that_waits_ends_the_batch_and_as_the_head_is_read_again() {
+        let waits =
+            |seq, key| StoredHead { wait: Some(Duration::from_millis(100)), ..row(seq, key) };
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, Batch::of(vec![row(1, "a"), waits(2, "b"), row(3, "c")]), ms(1));
+        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Serve(row(1, "a")));
+        d.acked(Seq(1), ms(3));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
+        assert_eq!(r.after, Seq(1), "the waiting row was not kept");
+        d.filled(r, Batch::of(vec![waits(2, "b"), row(3, "c")]), ms(5));
+        assert_eq!(d.head(), Some(waits(2, "b")));
+        // Its wait is over 100 ms later: the head is read again, not served with the old wait.
+        assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(105)), HeadPlan::Read(_)));
     }
 
     #[test]

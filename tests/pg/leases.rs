@@ -304,3 +304,34 @@ fn an_unparked_keys_rows_behind_the_cursor_go_before_its_later_ones() {
         );
     });
 }
+
+/// A head that failed comes back with its retry time as a wait. Read again once that time has
+/// passed, it must come back without one: a read-ahead that kept it served the same wait every
+/// time, and a partition in strict order waited for its head over and over (found by the
+/// simulation once it ran this store's rules).
+#[test]
+fn a_head_read_again_after_its_retry_time_no_longer_waits() {
+    let Some(pg) = PgServer::start("a_head_read_again_after_its_retry_time") else { return };
+    let url = pg.create_db("wait");
+    block_on(async {
+        let c = migrated(&url).await;
+        let insert = "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+                      VALUES (0, $1, $2, '{}') RETURNING seq";
+        for (key, id) in [("a", "a1"), ("a", "a2"), ("b", "b1")] {
+            c.query_one(insert, &[&key, &id]).await.unwrap();
+        }
+        let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let mut lease = store.acquire(PartitionId(0)).await.unwrap().expect("free partition");
+        let none = keyorder::drain::ParkedKeys::NONE;
+        let head = lease.fetch_head(&none).await.unwrap().expect("a head");
+        assert_eq!((head.event_id.as_str(), head.wait), ("a1", None));
+        lease.schedule_retry(head.seq, 1, Duration::from_millis(300), "503").await.unwrap();
+        let waiting = lease.fetch_head(&none).await.unwrap().expect("a head");
+        assert_eq!(waiting.event_id, "a1");
+        assert!(waiting.wait.is_some_and(|w| w > Duration::from_millis(200)), "{waiting:?}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let again = lease.fetch_head(&none).await.unwrap().expect("a head");
+        assert_eq!(again.event_id, "a1");
+        assert_eq!(again.wait, None, "the head came back with the wait of an earlier read");
+    });
+}
