@@ -44,8 +44,8 @@ pub enum StoreRequest {
     /// Delete a delivered row, fenced.
     Ack { partition: PartitionId, epoch: Epoch, seq: Seq },
     /// A session lease's read ahead (PostgreSQL's head query): up to `limit` rows with a seq
-    /// above `after`, oldest first, none of a key in `skip`, ending at the first row the
-    /// online repartition's barrier holds; answered as [`StoreResponse::Batch`].
+    /// above `after`, oldest first, none of a key in `skip`, ending at the first that waits;
+    /// answered as [`StoreResponse::Heads`].
     ReadAfter { partition: PartitionId, epoch: Epoch, after: Seq, skip: ParkedKeys, limit: u32 },
     /// Delete buffered acknowledgements together, fenced (a session lease's batch delete).
     AckMany { partition: PartitionId, epoch: Epoch, seqs: Vec<Seq> },
@@ -115,10 +115,8 @@ pub enum StoreResponse {
     Lock(Option<Granted>),
     /// The head row, if any.
     Head(Option<WireHead>),
-    /// The oldest rows read ahead, oldest first (a `FetchHead` with a `limit`).
+    /// The oldest rows read ahead, oldest first (a `FetchHead` with a `limit`, a `ReadAfter`).
     Heads(Vec<WireHead>),
-    /// A `ReadAfter`'s rows, oldest first; `held`: the last is held by the barrier.
-    Batch { heads: Vec<WireHead>, held: bool },
     /// The sequence number given to an insert.
     Inserted(Seq),
     /// The event id was committed before (the unique constraint).

@@ -649,11 +649,10 @@ impl Scenario {
                 s.keys[k].endpoint.poison.clear();
             }
             Break::CursorPastParked => {
-                // Keys that fail for stretches, every other one: parked while their partitions'
-                // other keys are delivered and acknowledged past their rows, unparked, and
-                // parked again while a read after the cursor is due.
-                // At least four keys a partition, so two can be parked at once while a third
-                // moves the cursor.
+                // At least four keys a partition, every other one failing for stretches: two
+                // can be parked at once while a third's acknowledgements move the cursor past
+                // their rows, then be unparked, and one parked again while a read after the
+                // cursor is due.
                 let events = s.keys.iter().map(|k| k.events).min().unwrap_or(4);
                 for i in s.keys.len()..usize::from(s.partitions) * 4 {
                     s.keys.push(key_spec(&mut rng, i, events));

@@ -256,7 +256,6 @@ enum_wire!(StoreResponse:
     7 => NotHeld,
     8 => Refused(reason),
     9 => Lasts { until_us, answer },
-    10 => Batch { heads, held },
 );
 
 impl<T: Wire> Wire for Box<T> {
@@ -356,7 +355,6 @@ mod tests {
             StoreResponse::Duplicate,
             StoreResponse::NotHeld,
             StoreResponse::Refused("no".into()),
-            StoreResponse::Batch { heads: vec![head(4)], held: true },
             StoreResponse::Lasts {
                 until_us: 5,
                 answer: Box::new(StoreResponse::Heads(vec![head(3)])),

@@ -94,29 +94,14 @@ pub struct Read {
     at: Time,
 }
 
-/// What one read returned.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Batch {
-    /// The rows, oldest first.
-    pub rows: Vec<StoredHead>,
-    /// The last row is held by the online repartition's barrier.
-    pub held: bool,
-}
-
-impl Batch {
-    /// Rows read, none held by the barrier.
-    pub fn of(rows: Vec<StoredHead>) -> Self {
-        Self { rows, held: false }
-    }
-}
-
 /// One lease's cursor, rows read ahead and buffered acknowledgements.
 #[derive(Debug)]
 pub struct SessionDrain {
     options: SessionDrainOptions,
     /// The last acknowledged (or dead-lettered) seq: head reads start after it.
     cursor: Seq,
-    /// Rows read ahead, head first, none of a key in `skipped`.
+    /// Rows read ahead, head first, none of a key in `skipped`. Only the head may wait (its
+    /// retry time, or the barrier), and then it is the only row.
     ahead: VecDeque<StoredHead>,
     /// The parked keys the last head read passed over.
     skipped: ParkedKeys,
@@ -126,8 +111,6 @@ pub struct SessionDrain {
     /// When the session last answered.
     heard_at: Time,
     full_scan_at: Time,
-    /// The last batch ended at a row the barrier holds: read it again next time.
-    held: bool,
     /// The last read, from the beginning, found nothing: the next starts there too, since a
     /// read after the cursor would find nothing either and be followed by one that does.
     drained: bool,
@@ -148,7 +131,6 @@ impl SessionDrain {
             oldest_ack: None,
             heard_at: now,
             full_scan_at: now,
-            held: false,
             drained: false,
             rewind_on_unpark: true,
         }
@@ -190,8 +172,9 @@ impl SessionDrain {
             self.ahead.clear();
             self.skipped = skip.clone();
         }
-        if !full && !self.held {
-            if let Some(head) = self.ahead.front() {
+        if !full {
+            // A head that waits is read again: its wait is only as fresh as the read.
+            if let Some(head) = self.ahead.front().filter(|h| h.wait.is_none()) {
                 // A partition slower than one delivery per `ack_delay` keeps its read-ahead:
                 // one round trip proves the session instead of a re-read.
                 if now.saturating_since(self.heard_at) >= self.options.ack_delay {
@@ -215,24 +198,16 @@ impl SessionDrain {
         self.ahead.front().cloned()
     }
 
-    /// Takes in the batch `read` returned, answered at `now`: `batch.rows` oldest first, ending
-    /// at the first the barrier holds when `batch.held`. Returns the read to run next, if any:
-    /// when nothing was found after the cursor, one read from the beginning looks behind it.
-    pub fn filled(&mut self, read: Read, batch: Batch, now: Time) -> Option<Read> {
+    /// Takes in the rows `read` returned, answered at `now`, oldest first. Returns the read to
+    /// run next, if any: when nothing was found after the cursor, one read from the beginning
+    /// looks behind it.
+    pub fn filled(&mut self, read: Read, mut rows: Vec<StoredHead>, now: Time) -> Option<Read> {
         self.heard(now);
-        let mut rows = batch.rows;
-        self.held = batch.held;
         // A row that waits (its retry time, or the barrier) is handed out as the head at most
         // once and never kept behind another: served again later, its wait would be as stale
         // as the read. It ends the batch, and as the head it is read afresh next time.
         if let Some(first) = rows.iter().position(|h| h.wait.is_some()) {
-            if first == 0 {
-                rows.truncate(1);
-                self.held = true;
-            } else {
-                rows.truncate(first);
-                self.held = false;
-            }
+            rows.truncate(first.max(1));
         }
         self.ahead = rows.into();
         if self.ahead.is_empty() && !read.full && read.after > Seq(0) {
@@ -303,6 +278,11 @@ mod tests {
         }
     }
 
+    /// A row that waits 100 ms: its retry time, or the barrier's hold.
+    fn waits(seq: i64, key: &str) -> StoredHead {
+        StoredHead { wait: Some(Duration::from_millis(100)), ..row(seq, key) }
+    }
+
     fn read(plan: HeadPlan) -> Read {
         match plan {
             HeadPlan::Read(r) => r,
@@ -315,7 +295,7 @@ mod tests {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
         assert_eq!(r.after, Seq(0));
-        assert_eq!(d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(2)), None);
+        assert_eq!(d.filled(r, vec![row(1, "a"), row(2, "b")], ms(2)), None);
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(3)), HeadPlan::Serve(row(1, "a")));
         assert!(!d.acked(Seq(1), ms(4)));
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(40)), HeadPlan::Serve(row(2, "b")));
@@ -329,13 +309,13 @@ mod tests {
     fn an_empty_cursor_read_looks_behind_the_cursor_once() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch::of(vec![row(5, "a")]), ms(1));
+        d.filled(r, vec![row(5, "a")], ms(1));
         assert!(!d.acked(Seq(5), ms(2)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
         assert_eq!(r.after, Seq(5));
-        let again = d.filled(r, Batch::of(vec![]), ms(4)).expect("a look behind the cursor");
+        let again = d.filled(r, vec![], ms(4)).expect("a look behind the cursor");
         assert_eq!(again.after, Seq(0));
-        assert_eq!(d.filled(again, Batch::of(vec![row(4, "late")]), ms(5)), None);
+        assert_eq!(d.filled(again, vec![row(4, "late")], ms(5)), None);
         assert_eq!(d.head(), Some(row(4, "late")));
     }
 
@@ -343,16 +323,16 @@ mod tests {
     fn an_empty_partition_is_looked_at_with_one_read_from_the_beginning() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch::of(vec![row(5, "a")]), ms(1));
+        d.filled(r, vec![row(5, "a")], ms(1));
         d.acked(Seq(5), ms(2));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
-        let again = d.filled(r, Batch::of(vec![]), ms(3)).expect("a look behind the cursor");
-        assert_eq!(d.filled(again, Batch::of(vec![]), ms(4)), None);
+        let again = d.filled(r, vec![], ms(3)).expect("a look behind the cursor");
+        assert_eq!(d.filled(again, vec![], ms(4)), None);
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(100)));
         assert_eq!(r.after, Seq(0), "no read after the cursor first");
-        assert_eq!(d.filled(r, Batch::of(vec![]), ms(101)), None, "and no second read");
+        assert_eq!(d.filled(r, vec![], ms(101)), None, "and no second read");
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(200)));
-        d.filled(r, Batch::of(vec![row(9, "b")]), ms(201));
+        d.filled(r, vec![row(9, "b")], ms(201));
         d.acked(Seq(9), ms(202));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(203)));
         assert_eq!(r.after, Seq(9), "rows found: the cursor again");
@@ -374,12 +354,12 @@ mod tests {
     fn unparking_a_key_forces_a_full_read_and_parking_drops_the_batch() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b"), row(3, "a")]), ms(1));
+        d.filled(r, vec![row(1, "a"), row(2, "b"), row(3, "a")], ms(1));
         d.acked(Seq(1), ms(2));
         let parked = ParkedKeys::new(["a".to_owned()]);
         let r = read(d.plan_head(&parked, ms(3)));
         assert_eq!(r.after, Seq(1), "parking reads on from the cursor");
-        d.filled(r, Batch::of(vec![row(2, "b")]), ms(3));
+        d.filled(r, vec![row(2, "b")], ms(3));
         d.acked(Seq(2), ms(4));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(5)));
         assert_eq!(r.after, Seq(0), "unparking reads from the start");
@@ -389,10 +369,10 @@ mod tests {
     fn a_row_the_barrier_holds_is_read_again_and_a_full_read_comes_every_second() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch { rows: vec![row(1, "a")], held: true }, ms(1));
+        d.filled(r, vec![waits(1, "a")], ms(1));
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
-        d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(3));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], ms(3));
         d.acked(Seq(1), ms(4));
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(5)), HeadPlan::Serve(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1_004)));
@@ -401,16 +381,14 @@ mod tests {
 
     #[test]
     fn a_row_that_waits_ends_the_batch_and_as_the_head_is_read_again() {
-        let waits =
-            |seq, key| StoredHead { wait: Some(Duration::from_millis(100)), ..row(seq, key) };
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch::of(vec![row(1, "a"), waits(2, "b"), row(3, "c")]), ms(1));
+        d.filled(r, vec![row(1, "a"), waits(2, "b"), row(3, "c")], ms(1));
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Serve(row(1, "a")));
         d.acked(Seq(1), ms(3));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
         assert_eq!(r.after, Seq(1), "the waiting row was not kept");
-        d.filled(r, Batch::of(vec![waits(2, "b"), row(3, "c")]), ms(5));
+        d.filled(r, vec![waits(2, "b"), row(3, "c")], ms(5));
         assert_eq!(d.head(), Some(waits(2, "b")));
         // Its wait is over 100 ms later: the head is read again, not served with the old wait.
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(105)), HeadPlan::Read(_)));
@@ -420,11 +398,11 @@ mod tests {
     fn retries_and_dead_letters_drop_the_batch() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(1));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], ms(1));
         d.changed();
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(2)));
-        d.filled(r, Batch::of(vec![row(1, "a"), row(2, "b")]), ms(2));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], ms(2));
         d.dead_lettered(Seq(1));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
         assert_eq!(r.after, Seq(1));

@@ -366,9 +366,9 @@ impl StoreState {
             R::FetchHead { partition, skip, limit: None, .. } => {
                 StoreResponse::Head(self.head(partition, at, &skip))
             }
-            R::FetchHead { partition, skip, limit: Some(limit), .. } => {
-                StoreResponse::Heads(self.heads(partition, at, &skip, limit as usize))
-            }
+            R::FetchHead { partition, skip, limit: Some(limit), .. } => StoreResponse::Heads(
+                self.heads(partition, Seq(i64::MIN), at, &skip, limit as usize),
+            ),
             R::Ack { partition, seq, .. } => {
                 self.ack(partition, seq, at, rec);
                 StoreResponse::Ok
@@ -380,7 +380,8 @@ impl StoreState {
                 StoreResponse::Ok
             }
             R::ReadAfter { partition, after, skip, limit, .. } => {
-                self.read_after(partition, after, at, &skip, limit as usize)
+                let from = Seq(after.0.saturating_add(1));
+                StoreResponse::Heads(self.heads(partition, from, at, &skip, limit as usize))
             }
             R::Retry { partition, seq, attempts, retry_in_us, error, .. } => {
                 self.retry(
@@ -642,21 +643,23 @@ impl StoreState {
     /// left is its key's oldest. The `skip-without-parking` design passes over the rows that
     /// are backing off instead, whatever their key, so a failing key's later rows go first.
     fn head(&self, partition: PartitionId, at: Time, skip: &ParkedKeys) -> Option<WireHead> {
-        self.heads(partition, at, skip, 1).pop()
+        self.heads(partition, Seq(i64::MIN), at, skip, 1).pop()
     }
 
-    /// The partition's oldest rows as [`Self::head`] picks its one, at most `limit` of them and
-    /// ending at the first that waits: what an expiry lease reads ahead.
+    /// The partition's oldest rows from seq `from` on, as [`Self::head`] picks its one, at most
+    /// `limit` of them and ending at the first that waits: what an expiry lease reads ahead,
+    /// and what a session lease's read after its cursor keeps of PostgreSQL's head query.
     fn heads(
         &self,
         partition: PartitionId,
+        from: Seq,
         at: Time,
         skip: &ParkedKeys,
         limit: usize,
     ) -> Vec<WireHead> {
         let mut heads = Vec::new();
-        for (seq, row) in self.visible(partition, Seq(i64::MIN), at, skip).take(limit) {
-            let (head, _) = self.wire_head(seq, row, at);
+        for (seq, row) in self.visible(partition, from, at, skip).take(limit) {
+            let head = self.wire_head(seq, row, at);
             let waits = head.wait_us.is_some();
             heads.push(head);
             if waits {
@@ -664,29 +667,6 @@ impl StoreState {
             }
         }
         heads
-    }
-
-    /// PostgreSQL's head query for a session lease: up to `limit` rows after `after`, as
-    /// [`Self::heads`] passes them over, ending at the first the barrier holds. A row that
-    /// waits for its retry does not end the batch.
-    fn read_after(
-        &self,
-        partition: PartitionId,
-        after: Seq,
-        at: Time,
-        skip: &ParkedKeys,
-        limit: usize,
-    ) -> StoreResponse {
-        let mut heads = Vec::new();
-        let first = Seq(after.0.saturating_add(1));
-        for (seq, row) in self.visible(partition, first, at, skip).take(limit) {
-            let (head, held) = self.wire_head(seq, row, at);
-            heads.push(head);
-            if held {
-                return StoreResponse::Batch { heads, held: true };
-            }
-        }
-        StoreResponse::Batch { heads, held: false }
     }
 
     /// The partition's rows from seq `from` on that a head read sees: those of keys not in
@@ -713,24 +693,23 @@ impl StoreState {
             .map(|((_, seq), row)| (*seq, row))
     }
 
-    /// A row as a head read answers it at `at`, and whether the online repartition's barrier
-    /// holds it. A held row comes back with a short wait, like a recorded backoff: the worker
-    /// looks again without an attempt.
-    fn wire_head(&self, seq: Seq, row: &Row, at: Time) -> (WireHead, bool) {
+    /// A row as a head read answers it at `at`. A row the online repartition's barrier holds
+    /// comes back with a short wait, like a recorded backoff: the worker looks again without an
+    /// attempt.
+    fn wire_head(&self, seq: Seq, row: &Row, at: Time) -> WireHead {
         let oldest = self.durable.oldest_layout(&row.key).unwrap_or(row.layout);
         let backoff = row.not_before.filter(|t| *t > at).map(|t| t.saturating_since(at));
         let held = self.durable.barrier && barrier(row.layout, oldest) == Barrier::Held;
         let wait =
             if held { Some(backoff.unwrap_or_default().max(DEFAULT_HOLD_POLL)) } else { backoff };
-        let head = WireHead {
+        WireHead {
             seq,
             event_id: row.event_id.clone(),
             key: row.key.clone(),
             attempts: row.attempts,
             wait_us: wait.map(|w| w.as_micros() as u64),
             last_error: row.last_error.clone(),
-        };
-        (head, held)
+        }
     }
 
     fn insert(

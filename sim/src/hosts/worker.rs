@@ -22,7 +22,7 @@ use keyorder::clock::Clock;
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::{Head, ParkedKeys};
 use keyorder::store::read_ahead::ReadAhead;
-use keyorder::store::session_drain::{Batch, HeadPlan, Read, SessionDrain, SessionDrainOptions};
+use keyorder::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
@@ -449,14 +449,12 @@ impl SimLease {
             let (skip, limit) = (d.skipped().clone(), d.options().read_ahead);
             let (partition, epoch) = (self.partition, self.epoch);
             let req = StoreRequest::ReadAfter { partition, epoch, after: read.after, skip, limit };
-            let batch = match self.fenced(req, "fetch_head").await? {
-                StoreResponse::Batch { heads, held } => {
-                    Batch { rows: heads.into_iter().map(stored).collect(), held }
-                }
+            let rows = match self.fenced(req, "fetch_head").await? {
+                StoreResponse::Heads(heads) => heads.into_iter().map(stored).collect(),
                 other => return Err(unexpected("fetch_head", other)),
             };
             let now = self.clock.now();
-            next = self.drain.as_mut().and_then(|d| d.filled(read, batch, now));
+            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, now));
         }
         Ok(())
     }

@@ -17,7 +17,9 @@
 //!   heard from within `ack_delay`, so a silently lost lease stops delivery promptly.
 //! * **Parked keys** (the drain's `skip`) are passed over in the head query
 //!   (`partition_key <> ALL($4)`) and never served from the read-ahead. When a key is unparked
-//!   its oldest row lies behind the cursor, so the read after an unpark is a full read.
+//!   its oldest row lies behind the cursor, so the cursor goes back to the start.
+//! * The cursor, the read-ahead and the acknowledgement buffer are
+//!   [`crate::store::session_drain::SessionDrain`], which the simulation runs too.
 
 use std::time::Duration;
 
@@ -28,7 +30,7 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::session_drain::{Batch, HeadPlan, Read, SessionDrain, SessionDrainOptions};
+use crate::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 pub mod admin;
@@ -402,14 +404,15 @@ impl PgLease {
     async fn read_ahead(&mut self, read: Read) -> Result<(), StoreError> {
         let mut next = Some(read);
         while let Some(read) = next {
-            let batch = self.read_batch(read.after.0).await?;
-            next = self.drain.filled(read, batch, self.clock.now());
+            let rows = self.read_batch(read.after.0).await?;
+            next = self.drain.filled(read, rows, self.clock.now());
         }
         Ok(())
     }
 
-    /// The rows after seq `from`, head first, ending at the first the barrier holds.
-    async fn read_batch(&mut self, from: i64) -> Result<Batch, StoreError> {
+    /// The rows after seq `from`, head first, ending at the first that waits (its retry time,
+    /// or the barrier): [`SessionDrain::filled`] keeps nothing behind one.
+    async fn read_batch(&mut self, from: i64) -> Result<Vec<StoredHead>, StoreError> {
         let limit = i64::from(self.drain.options().read_ahead);
         let skipped = self.drain.skipped().clone();
         let rows = if skipped.is_empty() {
@@ -428,9 +431,10 @@ impl PgLease {
             let held: bool = r.get(7);
             if held {
                 // The barrier holds this row: it comes back as a short wait (no attempt is
-                // spent), and nothing behind it is read ahead, so the next look re-reads it.
+                // spent), so the next look re-reads it.
                 wait = Some(wait.unwrap_or_default().max(DEFAULT_HOLD_POLL));
             }
+            let waits = wait.is_some();
             heads.push(StoredHead {
                 seq: Seq(r.get(0)),
                 event_id: r.get(1),
@@ -440,11 +444,11 @@ impl PgLease {
                 wait,
                 last_error: r.get(6),
             });
-            if held {
-                return Ok(Batch { rows: heads, held: true });
+            if waits {
+                break;
             }
         }
-        Ok(Batch::of(heads))
+        Ok(heads)
     }
 }
 
