@@ -23,8 +23,10 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 
+pub mod ack_buffer;
 pub mod admin;
 pub mod any;
+pub mod head_cursor;
 pub mod open;
 pub mod postgres;
 pub mod read_ahead;

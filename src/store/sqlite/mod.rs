@@ -43,13 +43,14 @@
 //! * **Acknowledgements** of all the leases on a connection are buffered together and deleted
 //!   in one transaction once `ack_batch` rows are buffered or the oldest is `ack_delay` old
 //!   (and whenever a partition runs empty or writes anything else): each lease's rows only
-//!   after its own fenced renewal in that transaction (see `acks`). A lost lease acknowledges
-//!   nothing, and its unflushed rows are delivered again by the next holder. Heads are read
-//!   after the last acknowledged seq: SQLite serialises writers, so seq order is commit order
-//!   and no row can commit behind it. A head read passes over the
-//!   parked keys' rows (the drain's `skip`); once a key is unparked its oldest row lies behind
-//!   that cursor, so the read after an unpark deletes the buffered acknowledgements and reads
-//!   from the partition's start.
+//!   after its own fenced renewal in that transaction ([`crate::store::ack_buffer`]). A lost
+//!   lease acknowledges nothing, and its unflushed rows are delivered again by the next holder.
+//!   Heads are read after the last acknowledged seq: SQLite serialises writers, so seq order is
+//!   commit order and no row can commit behind it. A head read passes over the parked keys'
+//!   rows (the drain's `skip`); once a key is unparked its oldest row lies behind that cursor,
+//!   so the read after an unpark deletes the buffered acknowledgements and reads from the
+//!   partition's start ([`crate::store::head_cursor`]). The buffer and the cursor are sans-IO
+//!   types the simulation's expiry-lease client drives too, so its sweeps prove these rules.
 //! * **Membership.** `keyorder_member` has a row per connected worker session, renewed every
 //!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
 //!   `keyorder work` processes on one file share the partitions fairly.
@@ -73,6 +74,7 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
+use crate::store::head_cursor::HeadCursor;
 use crate::store::read_ahead::ReadAhead;
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
@@ -207,7 +209,7 @@ struct Shared {
     conn: RefCell<Option<Rc<Conn>>>,
     registry: Arc<Mutex<Registry>>,
     /// The acknowledgements of every lease on the connection.
-    acks: Rc<RefCell<AckBuffer>>,
+    acks: Rc<RefCell<AckBuffer<Fence>>>,
     /// The connection's write count, for its WAL restarts.
     restarts: Rc<wal::Restarts>,
 }
@@ -346,8 +348,7 @@ impl Store for SqliteStore {
             clock: self.clock,
             options: self.options,
             registry: self.shared.registry.clone(),
-            cursor: 0,
-            skipped: ParkedKeys::NONE,
+            cursor: HeadCursor::new(),
             ahead: ReadAhead::new(self.options.clock_skew()),
             acks: self.shared.acks.clone(),
             restarts: self.shared.restarts.clone(),
@@ -582,15 +583,12 @@ pub struct SqliteLease {
     handover: Handover,
     clock: TokioClock,
     options: SqliteOptions,
-    /// The last acknowledged (or dead-lettered) seq: heads are read after it. Every row at or
-    /// below it is acknowledged (its delete perhaps still buffered) or of a key in `skipped`.
-    cursor: i64,
-    /// The parked keys the last head read skipped.
-    skipped: ParkedKeys,
+    /// Where the next head read starts, and the parked keys the last one passed over.
+    cursor: HeadCursor,
     /// The rows the last head read read ahead, not yet acknowledged.
     ahead: ReadAhead,
     /// Acknowledged seqs not yet deleted, of every lease on the connection.
-    acks: Rc<RefCell<AckBuffer>>,
+    acks: Rc<RefCell<AckBuffer<Fence>>>,
     /// The connection's write count, for its WAL restarts.
     restarts: Rc<wal::Restarts>,
 }
@@ -793,22 +791,20 @@ impl LeaseSession for SqliteLease {
 
     async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
         self.check_held()?;
-        if !self.skipped.is_subset(skip) {
+        if self.cursor.look(skip) {
             // A key was unparked: its oldest row lies behind the cursor (and behind what was read
             // ahead), beside acknowledged rows whose deletes may still be buffered. Delete those,
             // then read from the start.
             self.ahead.clear();
             self.flush_acks().await?;
-            self.cursor = 0;
         }
-        self.skipped = skip.clone();
         let now = self.clock.now();
         if let Some(head) = self.ahead.next(skip, now, self.options.delivery_timeout) {
             return Ok(Some(head));
         }
         let skip = (!skip.is_empty())
             .then(|| serde_json::to_string(skip.as_slice()).expect("a list of strings serialises"));
-        let (fence, cursor) = (self.fence.clone(), self.cursor);
+        let (fence, cursor) = (self.fence.clone(), self.cursor.after());
         let held = self.conn.call(move |c| fence.read_heads(c, cursor, skip.as_deref())).await?;
         // Judged from before the statement was sent: no later than SQLite's expiry.
         self.ahead.expires(now.saturating_add(Duration::from_secs_f64(held.expires_in)));
@@ -825,10 +821,10 @@ impl LeaseSession for SqliteLease {
         let now = self.clock.now();
         let due = {
             let mut acks = self.acks.borrow_mut();
-            acks.push(&self.fence, seq.0, now);
+            acks.push(self.fence.key(), &self.fence, seq.0, now);
             acks.due(now, self.options.ack_batch, self.options.ack_delay)
         };
-        self.cursor = self.cursor.max(seq.0);
+        self.cursor.passed(seq);
         self.ahead.acked(seq);
         if due {
             self.flush_acks().await?;
@@ -878,7 +874,7 @@ impl LeaseSession for SqliteLease {
             Ok(())
         })
         .await?;
-        self.cursor = self.cursor.max(seq.0);
+        self.cursor.passed(seq);
         Ok(())
     }
 
