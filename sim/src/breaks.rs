@@ -45,10 +45,11 @@ pub enum Break {
     /// layout epoch, while the key still has rows queued on its old partition: no barrier holds
     /// its new rows behind the old ones.
     PinWithoutBarrier,
-    /// A PostgreSQL drain whose cursor passes a key's rows: while the key is parked, other keys'
+    /// A drain whose cursor passes a key's rows: while the key is parked, other keys'
     /// acknowledgements move the cursor past its rows, and after the unpark a read after the
     /// cursor serves its later rows before them (keyorder's own PostgreSQL store before
-    /// 2026-12-06, found when the simulation first ran its rules).
+    /// 2026-12-06, found when the simulation first ran its rules; with expiry leases, SQLite's
+    /// cursor without its rewind).
     CursorPastParked,
 }
 

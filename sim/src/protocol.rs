@@ -31,24 +31,18 @@ pub enum StoreRequest {
     /// `pg_advisory_unlock(namespace, partition)`, recording how the lease is handed back:
     /// `clean` when no delivery of this holder can still be out.
     Unlock { partition: PartitionId, epoch: Epoch, clean: bool },
-    /// The partition's oldest row whose key is not in `skip` (the parked keys), fenced by the
-    /// lease.
-    FetchHead {
-        partition: PartitionId,
-        epoch: Epoch,
-        skip: ParkedKeys,
-        /// An expiry lease's read-ahead: up to this many oldest rows, ending at the first that
-        /// waits, answered as [`StoreResponse::Heads`]. Absent: the head alone.
-        limit: Option<u32>,
-    },
     /// Delete a delivered row, fenced.
     Ack { partition: PartitionId, epoch: Epoch, seq: Seq },
-    /// A session lease's read ahead (PostgreSQL's head query): up to `limit` rows with a seq
-    /// above `after`, oldest first, none of a key in `skip`, ending at the first that waits;
-    /// answered as [`StoreResponse::Heads`].
+    /// A head read, fenced by the lease (PostgreSQL's head query, SQLite's read-ahead): up to
+    /// `limit` rows with a seq above `after`, oldest first, none of a key in `skip` (the parked
+    /// keys), ending at the first that waits; answered as [`StoreResponse::Heads`].
     ReadAfter { partition: PartitionId, epoch: Epoch, after: Seq, skip: ParkedKeys, limit: u32 },
     /// Delete buffered acknowledgements together, fenced (a session lease's batch delete).
     AckMany { partition: PartitionId, epoch: Epoch, seqs: Vec<Seq> },
+    /// Delete the buffered acknowledgements of several expiry leases in one transaction
+    /// (production SQLite's flush): each lease's rows only after its own fenced renewal.
+    /// Answered with [`StoreResponse::Lost`], the leases whose renewal was refused.
+    FlushAcks { leases: Vec<LeaseAcks> },
     /// Record a failed attempt, fenced.
     Retry {
         partition: PartitionId,
@@ -77,7 +71,6 @@ impl StoreRequest {
     pub fn fence(&self) -> Option<(PartitionId, Epoch)> {
         match self {
             StoreRequest::Unlock { partition, epoch, .. }
-            | StoreRequest::FetchHead { partition, epoch, .. }
             | StoreRequest::Ack { partition, epoch, .. }
             | StoreRequest::ReadAfter { partition, epoch, .. }
             | StoreRequest::AckMany { partition, epoch, .. }
@@ -94,8 +87,7 @@ impl StoreRequest {
     pub fn is_queue_statement(&self) -> bool {
         matches!(
             self,
-            StoreRequest::FetchHead { .. }
-                | StoreRequest::Ack { .. }
+            StoreRequest::Ack { .. }
                 | StoreRequest::ReadAfter { .. }
                 | StoreRequest::AckMany { .. }
                 | StoreRequest::Retry { .. }
@@ -113,11 +105,9 @@ pub enum StoreResponse {
     Count(u64),
     /// The lease, or `None` when another session holds it.
     Lock(Option<Granted>),
-    /// The head row, if any.
-    Head(Option<WireHead>),
-    /// The oldest rows read ahead, oldest first (a `FetchHead` with a `limit`, a `ReadAfter`).
+    /// The oldest rows read, oldest first (a `ReadAfter`).
     Heads(Vec<WireHead>),
-    /// The sequence number given to an insert.
+    /// The sequence number given to an insert (0 under expiry leases, where the commit takes it).
     Inserted(Seq),
     /// The event id was committed before (the unique constraint).
     Duplicate,
@@ -125,6 +115,8 @@ pub enum StoreResponse {
     NotHeld,
     /// Refused, with the reason.
     Refused(String),
+    /// The leases of a `FlushAcks` whose renewal was refused: their rows were not deleted.
+    Lost(Vec<LeaseId>),
     /// A fenced statement on an expiry lease went through and renewed the lease: it now
     /// lasts until `until_us` (store time, µs), and this is the statement's answer.
     Lasts { until_us: u64, answer: Box<StoreResponse> },
@@ -138,6 +130,21 @@ pub struct Granted {
     pub clean: bool,
     /// An expiry lease's expiry (store time, µs); absent for a session lock.
     pub until_us: Option<u64>,
+}
+
+/// One lease's buffered acknowledgements in a [`StoreRequest::FlushAcks`].
+#[derive(Clone, Debug)]
+pub struct LeaseAcks {
+    pub partition: PartitionId,
+    pub epoch: Epoch,
+    pub seqs: Vec<Seq>,
+}
+
+/// A lease by partition and epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LeaseId {
+    pub partition: PartitionId,
+    pub epoch: Epoch,
 }
 
 /// A head row on the wire.

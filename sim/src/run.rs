@@ -168,11 +168,12 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
             cursor_past_parked: scenario.has(Break::CursorPastParked),
             parallel: scenario.has(Break::ParallelInPartition),
             clock: SimClock { offset_ms: scenario.lease.expiry().map_or(0, |e| e.skew(i)) },
-            expiry: scenario.lease.expiry().map(|e| ExpiryClient {
-                margin: Duration::from_millis(e.skew_bound_ms),
-                renew_every: Duration::from_millis(e.expiry_ms / 3),
-                delivery_timeout: Duration::from_millis(scenario.delivery_timeout_ms),
-                read_ahead: keyorder::store::sqlite::DEFAULT_READ_AHEAD as u32,
+            expiry: scenario.lease.expiry().map(|e| {
+                ExpiryClient::new(
+                    Duration::from_millis(e.skew_bound_ms),
+                    Duration::from_millis(e.expiry_ms / 3),
+                    Duration::from_millis(scenario.delivery_timeout_ms),
+                )
             }),
         };
         sim.host(worker_name(i), host.factory());

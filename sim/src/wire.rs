@@ -11,7 +11,8 @@ use keyorder::drain::ParkedKeys;
 use keyorder::{Epoch, PartitionId, Seq};
 
 use crate::protocol::{
-    DeliveryRequest, DeliveryResponse, Granted, StoreRequest, StoreResponse, WireHead,
+    DeliveryRequest, DeliveryResponse, Granted, LeaseAcks, LeaseId, StoreRequest, StoreResponse,
+    WireHead,
 };
 
 /// Why a frame could not be decoded.
@@ -203,6 +204,8 @@ struct_wire!(Granted { epoch, clean, until_us });
 struct_wire!(WireHead { seq, event_id, key, attempts, wait_us, last_error });
 struct_wire!(DeliveryRequest { delivery, partition, seq, event_id, key, attempt });
 struct_wire!(DeliveryResponse { status, retry_after_ms });
+struct_wire!(LeaseAcks { partition, epoch, seqs });
+struct_wire!(LeaseId { partition, epoch });
 
 /// `Wire` for an enum: a tag byte (the variant's position), then the variant's fields.
 macro_rules! enum_wire {
@@ -232,7 +235,6 @@ enum_wire!(StoreRequest:
     1 => LiveWorkers,
     2 => TryLock { partition, worker },
     3 => Unlock { partition, epoch, clean },
-    4 => FetchHead { partition, epoch, skip, limit },
     5 => Ack { partition, epoch, seq },
     6 => Retry { partition, epoch, seq, attempts, retry_in_us, error },
     7 => DeadLetter { partition, epoch, seq, attempts, reason },
@@ -243,19 +245,20 @@ enum_wire!(StoreRequest:
     12 => Renew { partition, epoch },
     13 => ReadAfter { partition, epoch, after, skip, limit },
     14 => AckMany { partition, epoch, seqs },
+    15 => FlushAcks { leases },
 );
 
 enum_wire!(StoreResponse:
     0 => Ok,
     1 => Count(n),
     2 => Lock(granted),
-    3 => Head(head),
     4 => Heads(heads),
     5 => Inserted(seq),
     6 => Duplicate,
     7 => NotHeld,
     8 => Refused(reason),
     9 => Lasts { until_us, answer },
+    10 => Lost(leases),
 );
 
 impl<T: Wire> Wire for Box<T> {
@@ -303,8 +306,6 @@ mod tests {
             StoreRequest::LiveWorkers,
             StoreRequest::TryLock { partition: p, worker: "w1".into() },
             StoreRequest::Unlock { partition: p, epoch: e, clean: true },
-            StoreRequest::FetchHead { partition: p, epoch: e, skip, limit: Some(8) },
-            StoreRequest::FetchHead { partition: p, epoch: e, skip: ParkedKeys::NONE, limit: None },
             StoreRequest::Ack { partition: p, epoch: e, seq: Seq(-3) },
             StoreRequest::Retry {
                 partition: p,
@@ -331,12 +332,19 @@ mod tests {
             StoreRequest::Pooled,
             StoreRequest::Ping,
             StoreRequest::Renew { partition: p, epoch: e },
+            StoreRequest::ReadAfter { partition: p, epoch: e, after: Seq(3), skip, limit: 64 },
             StoreRequest::ReadAfter {
                 partition: p,
                 epoch: e,
-                after: Seq(3),
-                skip: ParkedKeys::new(["k".to_owned()]),
-                limit: 64,
+                after: Seq(0),
+                skip: ParkedKeys::NONE,
+                limit: 1,
+            },
+            StoreRequest::FlushAcks {
+                leases: vec![
+                    LeaseAcks { partition: p, epoch: e, seqs: vec![Seq(1)] },
+                    LeaseAcks { partition: PartitionId(0), epoch: Epoch(2), seqs: vec![] },
+                ],
             },
             StoreRequest::AckMany { partition: p, epoch: e, seqs: vec![Seq(1), Seq(2)] },
         ] {
@@ -348,8 +356,8 @@ mod tests {
             StoreResponse::Count(12),
             StoreResponse::Lock(None),
             StoreResponse::Lock(Some(granted)),
-            StoreResponse::Head(None),
-            StoreResponse::Head(Some(head(1))),
+            StoreResponse::Lost(vec![]),
+            StoreResponse::Lost(vec![LeaseId { partition: p, epoch: e }]),
             StoreResponse::Heads(vec![head(1), head(2)]),
             StoreResponse::Inserted(Seq(9)),
             StoreResponse::Duplicate,

@@ -25,7 +25,9 @@ use keyorder::repartition::{barrier, Barrier, DEFAULT_HOLD_POLL};
 use keyorder::{Epoch, PartitionId, Seq, Time};
 use turmoil::net::TcpListener;
 
-use crate::protocol::{Conn, Granted, StoreRequest, StoreResponse, WireHead, STORE_PORT};
+use crate::protocol::{
+    Conn, Granted, LeaseAcks, LeaseId, StoreRequest, StoreResponse, WireHead, STORE_PORT,
+};
 use crate::trace::{now, SharedRecorder};
 
 /// A queued row.
@@ -363,12 +365,6 @@ impl StoreState {
                 rec.log(at, "store", format_args!("p{partition} handed back {how}"));
                 StoreResponse::Ok
             }
-            R::FetchHead { partition, skip, limit: None, .. } => {
-                StoreResponse::Head(self.head(partition, at, &skip))
-            }
-            R::FetchHead { partition, skip, limit: Some(limit), .. } => StoreResponse::Heads(
-                self.heads(partition, Seq(i64::MIN), at, &skip, limit as usize),
-            ),
             R::Ack { partition, seq, .. } => {
                 self.ack(partition, seq, at, rec);
                 StoreResponse::Ok
@@ -379,6 +375,7 @@ impl StoreState {
                 }
                 StoreResponse::Ok
             }
+            R::FlushAcks { leases } => self.flush_acks(leases, at, rec),
             R::ReadAfter { partition, after, skip, limit, .. } => {
                 let from = Seq(after.0.saturating_add(1));
                 StoreResponse::Heads(self.heads(partition, from, at, &skip, limit as usize))
@@ -412,6 +409,32 @@ impl StoreState {
             rec.history.acks.push(Acked { seq: row.origin, at });
             rec.log(at, "store", format_args!("ack p{partition} seq={seq}"));
         }
+    }
+
+    /// Deletes the buffered acknowledgements of expiry leases (production SQLite's flush, one
+    /// transaction): each lease's rows only after its own fenced renewal (loose under the
+    /// `unfenced-expiry` design, as its other queue statements). Answers the leases refused.
+    fn flush_acks(
+        &mut self,
+        leases: Vec<LeaseAcks>,
+        at: Time,
+        rec: &SharedRecorder,
+    ) -> StoreResponse {
+        let Some(length) = self.durable.expiry else {
+            return StoreResponse::Refused("buffered acknowledgements need expiry leases".into());
+        };
+        let loose = self.durable.breaks.unfenced_expiry;
+        let mut lost = Vec::new();
+        for LeaseAcks { partition, epoch, seqs } in leases {
+            if self.renew_lease(partition, epoch, at, length, loose).is_none() {
+                lost.push(LeaseId { partition, epoch });
+                continue;
+            }
+            for seq in seqs {
+                self.ack(partition, seq, at, rec);
+            }
+        }
+        StoreResponse::Lost(lost)
     }
 
     /// Records a failed attempt; the `requeue-at-tail` design also moves the row to the tail.
@@ -636,19 +659,12 @@ impl StoreState {
         Some(seq)
     }
 
-    /// The partition's head. A head held by the online repartition's barrier comes back with
-    /// a short wait, like a recorded backoff: the worker looks again without an attempt.
-    ///
-    /// The rows of the keys in `skip` (parked by the drain) are passed over: the first row
-    /// left is its key's oldest. The `skip-without-parking` design passes over the rows that
-    /// are backing off instead, whatever their key, so a failing key's later rows go first.
-    fn head(&self, partition: PartitionId, at: Time, skip: &ParkedKeys) -> Option<WireHead> {
-        self.heads(partition, Seq(i64::MIN), at, skip, 1).pop()
-    }
-
-    /// The partition's oldest rows from seq `from` on, as [`Self::head`] picks its one, at most
-    /// `limit` of them and ending at the first that waits: what an expiry lease reads ahead,
-    /// and what a session lease's read after its cursor keeps of PostgreSQL's head query.
+    /// The partition's oldest rows from seq `from` on, at most `limit` of them and ending at the
+    /// first that waits: a head read's answer. A row the online repartition's barrier holds
+    /// comes back with a short wait, like a recorded backoff: the worker looks again without an
+    /// attempt. The rows of the keys in `skip` (parked by the drain) are passed over, so the
+    /// first row of a key is its oldest; the `skip-without-parking` design passes over the rows
+    /// that are backing off instead, whatever their key, so a failing key's later rows go first.
     fn heads(
         &self,
         partition: PartitionId,
@@ -726,8 +742,15 @@ impl StoreState {
         if self.volatile.uncommitted.contains_key(&session) {
             return StoreResponse::Refused("one open insert per session".into());
         }
-        self.durable.next_seq += 1;
-        let seq = Seq(self.durable.next_seq);
+        // PostgreSQL takes the seq at the insert, so rows can commit out of seq order; SQLite
+        // serialises its writers, so seq order is commit order (the expiry lease's cursor
+        // depends on it): there the seq is taken at the commit.
+        let seq = if self.durable.expiry.is_some() {
+            Seq(0)
+        } else {
+            self.durable.next_seq += 1;
+            Seq(self.durable.next_seq)
+        };
         let row = Row {
             origin: seq,
             layout,
@@ -742,11 +765,16 @@ impl StoreState {
     }
 
     fn commit(&mut self, session: u64, at: Time, rec: &SharedRecorder) -> StoreResponse {
-        let Some((seq, partition, row)) = self.volatile.uncommitted.remove(&session) else {
+        let Some((mut seq, partition, mut row)) = self.volatile.uncommitted.remove(&session) else {
             return StoreResponse::Refused("no open insert to commit".into());
         };
         if !self.durable.committed_ids.insert(row.event_id.clone()) {
             return StoreResponse::Duplicate;
+        }
+        if self.durable.expiry.is_some() {
+            self.durable.next_seq += 1;
+            seq = Seq(self.durable.next_seq);
+            row.origin = seq;
         }
         let mut rec = rec.borrow_mut();
         rec.log(
@@ -824,4 +852,103 @@ async fn serve(mut conn: Conn, state: SharedStore, rec: SharedRecorder, detectio
         }
     };
     state.borrow_mut().close_session(id, why, &rec);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LENGTH: Duration = Duration::from_secs(2);
+
+    fn at(ms: u64) -> Time {
+        Time::from_millis(ms)
+    }
+
+    fn insert(st: &mut StoreState, session: u64, id: &str, rec: &SharedRecorder) {
+        let req = StoreRequest::Insert {
+            event_id: id.into(),
+            key: "k".into(),
+            partition: PartitionId(0),
+            layout: 0,
+        };
+        assert!(matches!(st.handle(session, req, at(0), rec), StoreResponse::Inserted(_)));
+    }
+
+    /// Two producers insert `e1` then `e2` and commit them the other way round: the queue's
+    /// event ids in seq order.
+    fn commit_in_reverse(expiry: Option<Duration>) -> Vec<String> {
+        let rec: SharedRecorder = Rc::default();
+        let mut st = StoreState::default();
+        st.durable.expiry = expiry;
+        let (a, b) = (st.open_session(), st.open_session());
+        insert(&mut st, a, "e1", &rec);
+        insert(&mut st, b, "e2", &rec);
+        assert!(matches!(st.handle(b, StoreRequest::Commit, at(1), &rec), StoreResponse::Ok));
+        assert!(matches!(st.handle(a, StoreRequest::Commit, at(2), &rec), StoreResponse::Ok));
+        let enqueued: Vec<_> = rec.borrow().history.enqueued.iter().map(|e| e.seq).collect();
+        let rows: Vec<_> = st.durable.rows.values().map(|r| r.origin).collect();
+        assert_eq!(enqueued.iter().copied().collect::<BTreeSet<_>>(), rows.into_iter().collect());
+        st.durable.rows.values().map(|r| r.event_id.clone()).collect()
+    }
+
+    #[test]
+    fn with_expiry_leases_seq_order_is_commit_order_as_in_sqlite() {
+        assert_eq!(commit_in_reverse(Some(LENGTH)), ["e2", "e1"]);
+    }
+
+    #[test]
+    fn with_session_locks_the_insert_takes_the_seq_as_in_postgresql() {
+        assert_eq!(commit_in_reverse(None), ["e1", "e2"]);
+    }
+
+    /// A flush deletes each lease's rows only after that lease's fenced renewal: a lease that
+    /// expired and was taken over is answered lost and its rows stay queued; a held lease's
+    /// rows go and its expiry moves on.
+    #[test]
+    fn a_flush_deletes_only_the_rows_of_leases_still_held() {
+        let rec: SharedRecorder = Rc::default();
+        let mut st = StoreState::default();
+        st.durable.expiry = Some(LENGTH);
+        let s = st.open_session();
+        let (p0, p1) = (PartitionId(0), PartitionId(1));
+        let mut seqs = Vec::new();
+        for (i, p) in [p0, p1, p0, p1].into_iter().enumerate() {
+            let req = StoreRequest::Insert {
+                event_id: format!("e{i}"),
+                key: format!("k{p}"),
+                partition: p,
+                layout: 0,
+            };
+            st.handle(s, req, at(0), &rec);
+            st.handle(s, StoreRequest::Commit, at(0), &rec);
+            seqs.push(Seq(st.durable.next_seq));
+        }
+        let lock = |st: &mut StoreState, p, w: &str, ms| {
+            let req = StoreRequest::TryLock { partition: p, worker: w.into() };
+            match st.handle(s, req, at(ms), &rec) {
+                StoreResponse::Lock(Some(g)) => g.epoch,
+                other => panic!("{other:?}"),
+            }
+        };
+        let e0 = lock(&mut st, p0, "w0", 0);
+        let old = lock(&mut st, p1, "w1", 0);
+        // w1's lease runs out and w2 takes p1; w0's was renewed in between.
+        st.handle(s, StoreRequest::Renew { partition: p0, epoch: e0 }, at(1_500), &rec);
+        let new = lock(&mut st, p1, "w2", 2_500);
+        assert!(new > old);
+        let leases = vec![
+            LeaseAcks { partition: p0, epoch: e0, seqs: vec![seqs[0], seqs[2]] },
+            LeaseAcks { partition: p1, epoch: old, seqs: vec![seqs[1]] },
+        ];
+        match st.handle(s, StoreRequest::FlushAcks { leases }, at(3_000), &rec) {
+            StoreResponse::Lost(lost) => {
+                assert_eq!(lost, [LeaseId { partition: p1, epoch: old }]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(st.queued(), [seqs[1], seqs[3]], "the lost lease acknowledged nothing");
+        assert_eq!(st.durable.leases[&p0].expires_at, at(3_000).saturating_add(LENGTH));
+        assert_eq!(st.durable.leases[&p1].epoch, new, "the new holder's lease is untouched");
+        assert_eq!(st.durable.leases[&p1].expires_at, at(2_500).saturating_add(LENGTH));
+    }
 }

@@ -14,13 +14,15 @@
 //! stop between that check and the send, microseconds in production, is the one window no lease
 //! can cover, and the simulation does not sample it).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::clock::Clock;
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::drain::{Head, ParkedKeys};
+use keyorder::store::ack_buffer::{AckBuffer, LeaseKey};
+use keyorder::store::head_cursor::HeadCursor;
 use keyorder::store::read_ahead::ReadAhead;
 use keyorder::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
@@ -29,8 +31,8 @@ use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
 
 use crate::control::SharedControl;
 use crate::protocol::{
-    Conn, DeliveryRequest, DeliveryResponse, StoreRequest, StoreResponse, WireHead, ENDPOINT_PORT,
-    STORE_PORT,
+    Conn, DeliveryRequest, DeliveryResponse, LeaseAcks, LeaseId, StoreRequest, StoreResponse,
+    WireHead, ENDPOINT_PORT, STORE_PORT,
 };
 use crate::trace::{now, SharedRecorder};
 
@@ -62,6 +64,26 @@ pub struct ExpiryClient {
     pub delivery_timeout: Duration,
     /// Rows one head read reads ahead (production SQLite's default).
     pub read_ahead: u32,
+    /// Buffered acknowledgements that make a flush due (production SQLite's `ack_batch`).
+    pub ack_batch: usize,
+    /// The oldest a buffered acknowledgement may be before a flush is due (`ack_delay`).
+    pub ack_delay: Duration,
+}
+
+impl ExpiryClient {
+    /// A client with the given margin, renewal period and delivery timeout, and production
+    /// SQLite's defaults for everything else (read-ahead, acknowledgement buffer).
+    pub fn new(margin: Duration, renew_every: Duration, delivery_timeout: Duration) -> Self {
+        let sqlite = keyorder::store::sqlite::SqliteOptions::for_delivery_timeout(delivery_timeout);
+        Self {
+            margin,
+            renew_every,
+            delivery_timeout,
+            read_ahead: sqlite.read_ahead as u32,
+            ack_batch: sqlite.ack_batch,
+            ack_delay: sqlite.ack_delay,
+        }
+    }
 }
 
 /// Waits while worker `name`'s process is stopped (a pause fault).
@@ -85,6 +107,9 @@ pub struct SimStore {
     clock: SimClock,
     /// Expiry leases: the delivery check's margin and the renewal period; `None`: session locks.
     expiry: Option<ExpiryClient>,
+    /// Expiry leases: the acknowledgements of every lease of this worker process, buffered
+    /// together as production SQLite buffers a connection's (lost with the process).
+    acks: Rc<RefCell<AckBuffer<()>>>,
 }
 
 impl SimStore {
@@ -104,6 +129,7 @@ impl SimStore {
             cursor_past_parked: false,
             clock,
             expiry,
+            acks: Rc::default(),
         }
     }
 }
@@ -144,10 +170,15 @@ struct Expiry {
     renewer: tokio::task::JoinHandle<()>,
     /// The rows read ahead, judged by production's code ([`ReadAhead`]).
     ahead: ReadAhead,
-    /// The parked keys the last head read passed over.
-    skipped: ParkedKeys,
-    delivery_timeout: Duration,
-    read_ahead: u32,
+    /// Where the next head read starts, by production's code ([`HeadCursor`]).
+    cursor: HeadCursor,
+    /// The worker process's buffered acknowledgements, shared by its leases.
+    acks: Rc<RefCell<AckBuffer<()>>>,
+    /// This lease in `acks`.
+    key: LeaseKey,
+    client: ExpiryClient,
+    /// `cursor-past-parked`: an unpark leaves the cursor where it was.
+    cursor_past_parked: bool,
 }
 
 impl Expiry {
@@ -162,6 +193,8 @@ impl Expiry {
 impl Drop for Expiry {
     fn drop(&mut self) {
         self.renewer.abort();
+        // Unflushed acknowledgements stay queued; no later flush renews a dropped lease.
+        self.acks.borrow_mut().forget(self.key);
     }
 }
 
@@ -289,9 +322,11 @@ impl SimStore {
             clock: self.clock,
             renewer,
             ahead: ReadAhead::new(client.margin),
-            skipped: ParkedKeys::NONE,
-            delivery_timeout: client.delivery_timeout,
-            read_ahead: client.read_ahead,
+            cursor: HeadCursor::new(),
+            acks: self.acks.clone(),
+            key: (partition.0, epoch.0),
+            client,
+            cursor_past_parked: self.cursor_past_parked,
         })
     }
 }
@@ -421,8 +456,60 @@ impl SimLease {
         }
     }
 
-    /// Deletes a session lease's buffered acknowledgements, if any.
+    /// Fails when a flush, this lease's or another's, found this expiry lease lost (production
+    /// SQLite's check before every call).
+    fn check_held(&self) -> Result<(), StoreError> {
+        match &self.expiry {
+            Some(e) if e.acks.borrow().is_lost(e.key) => {
+                Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Deletes an expiry lease's worker's buffered acknowledgements, of all its leases, in one
+    /// statement: each lease's rows after its own fenced renewal (production SQLite's flush).
+    /// A lease refused is marked lost; a flush that fails as a whole puts every row back.
+    async fn flush_expiry_acks(&mut self) -> Result<(), StoreError> {
+        let Some(e) = &self.expiry else { return Ok(()) };
+        if e.acks.borrow().is_empty() {
+            return self.check_held();
+        }
+        let batch = e.acks.borrow_mut().take();
+        let leases = batch
+            .iter()
+            .map(|(&(p, epoch), (_, seqs))| LeaseAcks {
+                partition: PartitionId(p),
+                epoch: Epoch(epoch),
+                seqs: seqs.iter().map(|&s| Seq(s)).collect(),
+            })
+            .collect();
+        gate(&self.control, &self.worker).await;
+        let answer = self.call_anywhere(&StoreRequest::FlushAcks { leases }, "ack").await;
+        let Some(e) = &self.expiry else { return Ok(()) };
+        match answer {
+            Ok(StoreResponse::Lost(lost)) => {
+                e.acks.borrow_mut().mark_lost(
+                    lost.into_iter().map(|LeaseId { partition, epoch }| (partition.0, epoch.0)),
+                );
+                self.check_held()
+            }
+            Ok(other) => {
+                e.acks.borrow_mut().restore(batch, self.clock.now());
+                Err(unexpected("ack", other))
+            }
+            Err(err) => {
+                e.acks.borrow_mut().restore(batch, self.clock.now());
+                Err(err)
+            }
+        }
+    }
+
+    /// Deletes the lease's buffered acknowledgements, if any.
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
+        if self.expiry.is_some() {
+            return self.flush_expiry_acks().await;
+        }
         let Some(d) = self.drain.as_mut().filter(|d| d.has_acks()) else { return Ok(()) };
         let seqs = d.take_acks();
         let req = StoreRequest::AckMany { partition: self.partition, epoch: self.epoch, seqs };
@@ -504,8 +591,9 @@ impl LeaseSession for SimLease {
             // The pool retries past any request timeout, up to its own bound.
             request_timeout.saturating_mul(3 * POOL_ATTEMPTS as u32 + 1)
         } else if self.expiry.is_some() {
-            // A call, and on failure a reconnect and the call once more.
-            request_timeout.saturating_mul(3)
+            // The buffered acknowledgements' flush, then the statement: each a call, and on
+            // failure a reconnect and the call once more.
+            request_timeout.saturating_mul(6)
         } else {
             request_timeout
         }
@@ -527,8 +615,11 @@ impl LeaseSession for SimLease {
         // behind the store's; when it is too close, one fenced renewal answers again, as
         // production SQLite does.
         if e.lasts(needed) {
-            return Ok(());
+            return self.check_held();
         }
+        // Production's renewal is a fenced write, which deletes the buffered acknowledgements
+        // first.
+        self.flush_acks().await?;
         let (partition, epoch) = (self.partition, self.epoch);
         self.expect_ok(StoreRequest::Renew { partition, epoch }, "renew").await?;
         if self.expiry.as_mut().is_some_and(|e| e.lasts(needed)) {
@@ -542,39 +633,46 @@ impl LeaseSession for SimLease {
         if self.drain.is_some() {
             return self.session_head(skip).await;
         }
-        let mut limit = None;
-        if let Some(e) = &mut self.expiry {
-            // Production SQLite's read-ahead: an unparked key's oldest row lies behind what was
-            // read ahead, so that is dropped; otherwise a buffered head is handed out while the
-            // lease lasts a delivery longer.
-            gate(&self.control, &self.worker).await;
-            if !e.skipped.is_subset(skip) {
-                e.ahead.clear();
+        // An expiry lease: production SQLite's read-ahead, cursor and buffered
+        // acknowledgements.
+        gate(&self.control, &self.worker).await;
+        self.check_held()?;
+        let Some(e) = &mut self.expiry else { return Ok(None) };
+        let before = e.cursor.after();
+        if e.cursor.look(skip) {
+            // An unparked key's oldest row lies behind the cursor and what was read ahead,
+            // beside acknowledged rows whose deletes may still be buffered.
+            if e.cursor_past_parked {
+                // The broken design: the cursor stays past the unparked key's rows.
+                e.cursor.passed(Seq(before));
             }
-            e.skipped = skip.clone();
-            e.ahead.expires(e.until.get());
-            if let Some(head) = e.ahead.next(skip, e.clock.now(), e.delivery_timeout) {
-                return Ok(Some(head));
-            }
-            limit = Some(e.read_ahead);
+            e.ahead.clear();
+            self.flush_acks().await?;
         }
-        let req = StoreRequest::FetchHead {
+        let Some(e) = &mut self.expiry else { return Ok(None) };
+        e.ahead.expires(e.until.get());
+        if let Some(head) = e.ahead.next(skip, e.clock.now(), e.client.delivery_timeout) {
+            return Ok(Some(head));
+        }
+        let req = StoreRequest::ReadAfter {
             partition: self.partition,
             epoch: self.epoch,
+            after: Seq(e.cursor.after()),
             skip: skip.clone(),
-            limit,
+            limit: e.client.read_ahead,
         };
-        match self.fenced(req, "fetch_head").await? {
-            StoreResponse::Head(head) => Ok(head.map(stored)),
-            StoreResponse::Heads(heads) => {
-                let Some(e) = &mut self.expiry else {
-                    return Err(unexpected("fetch_head", StoreResponse::Heads(heads)));
-                };
-                e.ahead.expires(e.until.get());
-                Ok(e.ahead.fill(heads.into_iter().map(stored).collect()))
-            }
-            other => Err(unexpected("fetch_head", other)),
+        let heads = match self.fenced(req, "fetch_head").await? {
+            StoreResponse::Heads(heads) => heads,
+            other => return Err(unexpected("fetch_head", other)),
+        };
+        let Some(e) = &mut self.expiry else { return Ok(None) };
+        e.ahead.expires(e.until.get());
+        let head = e.ahead.fill(heads.into_iter().map(stored).collect());
+        if head.is_none() {
+            // The partition ran empty: nothing is gained by holding the deletes back.
+            self.flush_acks().await?;
         }
+        Ok(head)
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
@@ -585,14 +683,26 @@ impl LeaseSession for SimLease {
             }
             return Ok(());
         }
-        if let Some(e) = &mut self.expiry {
-            e.ahead.acked(seq);
+        self.check_held()?;
+        let Some(e) = &mut self.expiry else {
+            return self
+                .expect_ok(
+                    StoreRequest::Ack { partition: self.partition, epoch: self.epoch, seq },
+                    "ack",
+                )
+                .await;
+        };
+        let due = {
+            let mut acks = e.acks.borrow_mut();
+            acks.push(e.key, &(), seq.0, now);
+            acks.due(now, e.client.ack_batch, e.client.ack_delay)
+        };
+        e.cursor.passed(seq);
+        e.ahead.acked(seq);
+        if due {
+            self.flush_acks().await?;
         }
-        self.expect_ok(
-            StoreRequest::Ack { partition: self.partition, epoch: self.epoch, seq },
-            "ack",
-        )
-        .await
+        Ok(())
     }
 
     async fn schedule_retry(
@@ -647,6 +757,9 @@ impl LeaseSession for SimLease {
         if let Some(d) = &mut self.drain {
             d.dead_lettered(seq);
         }
+        if let Some(e) = &mut self.expiry {
+            e.cursor.passed(seq);
+        }
         self.heard();
         Ok(())
     }
@@ -656,11 +769,12 @@ impl LeaseSession for SimLease {
         // pg_advisory_unlock on another session unlocks nothing).
         let clean = handover == Handover::Clean;
         let req = StoreRequest::Unlock { partition: self.partition, epoch: self.epoch, clean };
+        // The last acknowledgements go before the lease (PostgreSQL's hand-back; SQLite's, in
+        // one transaction).
+        self.flush_acks().await?;
         if self.expiry.is_some() {
             return self.expect_ok(req, "unlock").await;
         }
-        // The last acknowledgements go before the lock (PostgreSQL's hand-back).
-        self.flush_acks().await?;
         gate(&self.control, &self.worker).await;
         match self.conn.exchange(&req).await? {
             StoreResponse::Ok => Ok(()),
@@ -875,6 +989,8 @@ impl WorkerHost {
                     cursor_past_parked: this.cursor_past_parked,
                     clock: this.clock,
                     expiry: this.expiry,
+                    // A new process: nothing buffered survives a crash.
+                    acks: Rc::default(),
                 };
                 let deliver = SimDeliver {
                     worker: name,

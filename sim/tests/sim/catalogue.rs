@@ -3,6 +3,7 @@
 //! design is caught by the first seed of each larger size, so the large runs add seconds, not
 //! minutes; `KEYORDER_SIM_LARGE=0` leaves them out.
 
+use keyorder_sim::scenario::{ExpirySpec, LeaseModel};
 use keyorder_sim::{run, Break, Scenario, Size};
 
 /// Seeds a sweep may need to catch a broken design, per size: above the worst of 20 sweeps
@@ -21,10 +22,16 @@ fn large() -> bool {
 }
 
 fn check_at(b: Break, size: Size) {
+    check_scenarios(b, size, |_| {});
+}
+
+/// [`check_at`] on the scenarios changed by `adjust`.
+fn check_scenarios(b: Break, size: Size, adjust: impl Fn(&mut Scenario)) {
     let bound = seed_bound(size);
     let mut caught = None;
     for seed in 0..bound {
-        let scenario = Scenario::generate_broken(size, seed, b);
+        let mut scenario = Scenario::generate_broken(size, seed, b);
+        adjust(&mut scenario);
         let outcome = run(&scenario, seed, false).expect("runs");
         if outcome.verdict.violated().contains(&b.expected()) {
             caught = Some(seed);
@@ -37,6 +44,7 @@ fn check_at(b: Break, size: Size) {
     // The same scenarios, with the same faults and triggers, are clean without the switch.
     for seed in 0..=last {
         let mut scenario = Scenario::generate_broken(size, seed, b);
+        adjust(&mut scenario);
         scenario.breaks.clear();
         let outcome = run(&scenario, seed, false).expect("runs");
         assert!(
@@ -119,4 +127,14 @@ fn a_pin_without_barrier_is_caught_as_split_key() {
 #[test]
 fn a_cursor_past_parked_rows_is_caught_as_reorder() {
     check(Break::CursorPastParked);
+}
+
+/// The same design on SQLite's drain: with expiry leases the simulation runs production
+/// SQLite's cursor and buffered acknowledgements, and a cursor that stays past an unparked
+/// key's rows is caught there too (the catalogue's own scenarios use session locks).
+#[test]
+fn a_cursor_past_parked_rows_is_caught_as_reorder_with_expiry_leases() {
+    let expiry = |s: &mut Scenario| s.lease = LeaseModel::Expiry(ExpirySpec::standard());
+    check_scenarios(Break::CursorPastParked, Size::Small, expiry);
+    check_scenarios(Break::CursorPastParked, Size::Medium, expiry);
 }

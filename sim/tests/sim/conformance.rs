@@ -128,12 +128,8 @@ where
     state.borrow_mut().durable.expiry = expiry;
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::default()));
     sim.host("store", store::host(state.clone(), rec.clone(), DETECTION));
-    let settings = expiry.map(|e| ExpiryClient {
-        margin: Duration::from_millis(150),
-        renew_every: e / 3,
-        delivery_timeout: Duration::from_millis(500),
-        read_ahead: keyorder::store::sqlite::DEFAULT_READ_AHEAD as u32,
-    });
+    let settings = expiry
+        .map(|e| ExpiryClient::new(Duration::from_millis(150), e / 3, Duration::from_millis(500)));
     let shared = Shared { state, rec, expiry: settings };
     sim.client("suite", async move {
         client(shared).await;
@@ -213,9 +209,49 @@ fn the_unfenced_expiry_switch_lets_an_expired_holder_advance_the_partition() {
         assert_eq!(unfenced.map(|h| h.seq), Some(head.seq), "the new holder's head");
         old.ensure_lasts(Duration::from_millis(400)).await.expect("and trusts the answered expiry");
         old.ack(head.seq).await.expect("unfenced, the old holder acknowledges");
+        // The hand-back deletes the buffered acknowledgement first (loosely, like the other
+        // queue statements), then is refused: hand-backs stay fenced.
+        let handback = old.release(keyorder::store::Handover::Clean).await;
+        assert!(matches!(handback, Err(StoreError::LeaseNotHeld { .. })), "{handback:?}");
         assert_eq!(fx.queued().await.len(), 1, "the lost lease advanced the partition");
         // The statements renewed the lease they found, which stays the new holder's.
         let row = shared.state.borrow().durable.leases[&PartitionId(0)].clone();
         assert_eq!(row.epoch, new.epoch(), "the lease is still the new holder's");
+    });
+}
+
+/// An expiry lease's acknowledgements are buffered and deleted together, as production
+/// SQLite's are: none while the partition has rows after the cursor, all of them once a head
+/// read finds it empty. A lease lost with acknowledgements still buffered deletes none of them
+/// (its flush is refused), so the next holder delivers those rows again.
+#[test]
+fn an_expiry_leases_acknowledgements_are_deleted_together_and_a_lost_one_deletes_none() {
+    in_sim(Some(EXPIRY), |shared| async move {
+        let fx = shared.fixture();
+        let key = suite::key_on(0, 0);
+        let none = keyorder::drain::ParkedKeys::NONE;
+        fx.enqueue(&(0..3).map(|i| suite::event(&format!("b{i}"), &key)).collect::<Vec<_>>()).await;
+        let a = fx.store();
+        let mut lease = a.acquire(PartitionId(0)).await.unwrap().expect("a free partition");
+        for _ in 0..3 {
+            let head = lease.fetch_head(&none).await.unwrap().expect("a head");
+            lease.ack(head.seq).await.unwrap();
+        }
+        assert_eq!(fx.queued().await.len(), 3, "buffered, not yet deleted");
+        assert!(lease.fetch_head(&none).await.unwrap().is_none(), "nothing after the cursor");
+        assert_eq!(fx.queued().await.len(), 0, "the empty read deleted them together");
+
+        fx.enqueue(&[suite::event("b3", &key), suite::event("b4", &key)]).await;
+        let head = lease.fetch_head(&none).await.unwrap().expect("a head");
+        lease.ack(head.seq).await.unwrap();
+        fx.break_lease(PartitionId(0)).await;
+        // A delivery (500 ms) no longer fits what the holder knows: the renewal is refused.
+        let ended = lease.ensure_lasts(Duration::from_millis(500)).await;
+        assert!(matches!(ended, Err(StoreError::LeaseNotHeld { .. })), "{ended:?}");
+        assert_eq!(fx.queued().await.len(), 2, "the lost lease's acknowledgement stays queued");
+        let b = fx.store();
+        let mut next = b.acquire(PartitionId(0)).await.unwrap().expect("the expired lease");
+        let again = next.fetch_head(&none).await.unwrap().expect("a head");
+        assert_eq!(again.seq, head.seq, "the next holder delivers it again");
     });
 }
