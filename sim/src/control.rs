@@ -34,6 +34,8 @@ pub struct Control {
     pub stopped: BTreeSet<String>,
     /// Workers whose lease renewals reach the store late, and by how much.
     pub late_renewals: BTreeMap<String, Duration>,
+    /// Producers whose transactions stay open longer before they commit, and by how much.
+    pub slow_commits: BTreeMap<usize, Duration>,
 }
 
 /// The control plane shared by hosts and the driver.
@@ -108,6 +110,7 @@ impl Control {
             finished: BTreeSet::new(),
             stopped: BTreeSet::new(),
             late_renewals: BTreeMap::new(),
+            slow_commits: BTreeMap::new(),
         }))
     }
 }

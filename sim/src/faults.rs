@@ -30,6 +30,8 @@ enum Step {
     Resume(String),
     Late(String, Duration),
     OnTime(String),
+    /// A producer's transactions stay open this much longer, or (`None`) no longer.
+    SlowCommits(usize, Option<Duration>),
     /// Pin a key to a partition, or unpin it.
     Pin(String, Option<u16>),
 }
@@ -118,6 +120,14 @@ impl FaultRunner {
                 FaultKind::Pin { key, partition } => {
                     due.push((at, Step::Pin(key.clone(), *partition)));
                 }
+                FaultKind::SlowCommits { producer, extra_ms, for_ms } => {
+                    let extra = Duration::from_millis(*extra_ms);
+                    due.push((at, Step::SlowCommits(*producer, Some(extra))));
+                    due.push((
+                        at + Duration::from_millis(*for_ms),
+                        Step::SlowCommits(*producer, None),
+                    ));
+                }
                 FaultKind::LateRenewals { worker, extra_ms, for_ms } => {
                     let late = Duration::from_millis(*extra_ms);
                     due.push((at, Step::Late(worker_name(*worker), late)));
@@ -202,6 +212,17 @@ impl FaultRunner {
             Step::OnTime(host) => {
                 rec.log(t, "driver", format_args!("renewals of {host} on time again"));
                 world.control.borrow_mut().late_renewals.remove(&host);
+            }
+            Step::SlowCommits(producer, Some(extra)) => {
+                let what =
+                    format_args!("transactions of producer-{producer} commit {extra:?} late");
+                rec.log(t, "driver", what);
+                rec.fault("slow_commit");
+                world.control.borrow_mut().slow_commits.insert(producer, extra);
+            }
+            Step::SlowCommits(producer, None) => {
+                rec.log(t, "driver", format_args!("producer-{producer} commits on time again"));
+                world.control.borrow_mut().slow_commits.remove(&producer);
             }
             Step::Bounce(host) => {
                 rec.log(t, "driver", format_args!("restart {host}"));

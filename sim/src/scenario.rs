@@ -163,6 +163,18 @@ pub enum FaultKind {
         /// How long renewals stay late.
         for_ms: u64,
     },
+    /// For `for_ms`, every transaction of producer `producer` stays open `extra_ms` longer
+    /// before it commits (a slow application transaction around the enqueue). Its rows take
+    /// their seqs at the insert on PostgreSQL, so other producers' later rows can commit and be
+    /// delivered first; never generated, for scenarios that ask for it.
+    SlowCommits {
+        /// Producer index.
+        producer: usize,
+        /// How much longer each transaction stays open.
+        extra_ms: u64,
+        /// How long transactions stay slow.
+        for_ms: u64,
+    },
     /// An operator pins `key` (a whale tenant) to `partition`, or unpins it (`None`: it routes
     /// by the hash again), while producers run: a new layout epoch with the count unchanged.
     Pin {
@@ -188,6 +200,7 @@ impl FaultKind {
             FaultKind::Repartition { .. } => "repartition",
             FaultKind::Pause { .. } => "pause",
             FaultKind::LateRenewals { .. } => "late_renewal",
+            FaultKind::SlowCommits { .. } => "slow_commit",
             FaultKind::Pin { .. } => "pin",
         }
     }
@@ -366,6 +379,9 @@ impl Scenario {
                 // lease models; late renewals are about expiry leases only.
                 FaultKind::LateRenewals { .. } if self.lease.expiry().is_none() => {
                     return invalid("faults", "late renewals need an expiry lease")
+                }
+                FaultKind::SlowCommits { producer, .. } if producer >= self.producers => {
+                    return invalid("faults", "a fault names a producer that does not exist")
                 }
                 FaultKind::Repartition { to } if PartitionCount::new(i64::from(to)).is_err() => {
                     return invalid("faults", "a repartition target must be between 1 and 32767")

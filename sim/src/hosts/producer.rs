@@ -212,7 +212,8 @@ impl ProducerHost {
             Ok(StoreResponse::Duplicate) => return Enqueued::Done,
             _ => return Enqueued::Retry,
         }
-        tokio::time::sleep(self.commit_latency + jitter).await;
+        let slow = self.control.borrow().slow_commits.get(&self.index).copied();
+        tokio::time::sleep(self.commit_latency + jitter + slow.unwrap_or_default()).await;
         match conn.call(&StoreRequest::Commit, "commit", self.request_timeout).await {
             // A duplicate means an earlier, ambiguous commit of this event did land.
             Ok(StoreResponse::Ok | StoreResponse::Duplicate) => Enqueued::Done,
