@@ -166,6 +166,7 @@ fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng
             request_timeout,
             unfenced: scenario.has(Break::UnfencedLease),
             cursor_past_parked: scenario.has(Break::CursorPastParked),
+            cursor_past_late_commit: scenario.has(Break::CursorPastLateCommit),
             parallel: scenario.has(Break::ParallelInPartition),
             clock: SimClock { offset_ms: scenario.lease.expiry().map_or(0, |e| e.skew(i)) },
             expiry: scenario.lease.expiry().map(|e| {

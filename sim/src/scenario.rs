@@ -680,6 +680,21 @@ impl Scenario {
                     k.endpoint.poison.clear();
                 }
             }
+            Break::CursorPastLateCommit => {
+                // Two producers taking turns to hold one transaction open for 200 ms, every
+                // 100 ms through the load, beside endpoints slow enough that partitions keep a
+                // backlog, so the drain reads after its cursor while a row lies uncommitted
+                // behind it.
+                s.producers = s.producers.max(2);
+                for k in &mut s.keys {
+                    k.endpoint.latency_ms = k.endpoint.latency_ms.max(20);
+                }
+                for (i, at_ms) in (20..s.load_ms).step_by(100).enumerate() {
+                    let producer = i % s.producers;
+                    let kind = FaultKind::SlowCommits { producer, extra_ms: 200, for_ms: 1 };
+                    s.faults.push(Fault { at_ms, kind });
+                }
+            }
             Break::PinWithoutBarrier => {
                 // A pin change while the whale has rows queued on its old partition, every
                 // time: early in the load, no change of count to move the key first, and the

@@ -252,7 +252,7 @@ enum_wire!(StoreResponse:
     0 => Ok,
     1 => Count(n),
     2 => Lock(granted),
-    4 => Heads(heads),
+    4 => Heads { heads, xmin, xmax },
     5 => Inserted(seq),
     6 => Duplicate,
     7 => NotHeld,
@@ -358,14 +358,14 @@ mod tests {
             StoreResponse::Lock(Some(granted)),
             StoreResponse::Lost(vec![]),
             StoreResponse::Lost(vec![LeaseId { partition: p, epoch: e }]),
-            StoreResponse::Heads(vec![head(1), head(2)]),
+            StoreResponse::Heads { heads: vec![head(1), head(2)], xmin: 3, xmax: 9 },
             StoreResponse::Inserted(Seq(9)),
             StoreResponse::Duplicate,
             StoreResponse::NotHeld,
             StoreResponse::Refused("no".into()),
             StoreResponse::Lasts {
                 until_us: 5,
-                answer: Box::new(StoreResponse::Heads(vec![head(3)])),
+                answer: Box::new(StoreResponse::Heads { heads: vec![head(3)], xmin: 1, xmax: 1 }),
             },
         ] {
             round_trip(resp);

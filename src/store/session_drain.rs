@@ -24,12 +24,18 @@
 //!   the cursor and making only the next read a full one, as before 2026-12-06, let a read
 //!   after the cursor pass the unparked key's rows once another key was parked: the
 //!   simulation's `cursor-past-parked` design.)
-//! * **Late commits.** A row whose seq was taken before rows that were then delivered and
-//!   acknowledged, but that committed after them (a long producer transaction), lies behind
-//!   the cursor. A full read finds it within `full_scan_every`; if its key's next row is read
-//!   after the cursor before then, that row goes first. Closing the window needs a per-row
-//!   probe of the key's rows behind the cursor, which PostgreSQL answers by walking every
-//!   deleted row of the key not yet vacuumed (README, "Known gap: a commit behind the cursor").
+//! * **Late commits.** A row takes its seq at the insert and may commit after rows with higher
+//!   seqs were delivered and acknowledged (a long producer transaction): a read after the last
+//!   acknowledged seq would pass it, and its key's next row could go first. So reads start
+//!   after the lower of that seq and the *settled* seq, below which no row can still commit.
+//!   Each read reports its snapshot's transaction horizon ([`Snapshot`]); the highest seq a
+//!   read returned is settled once a later read's snapshot shows every transaction that was
+//!   running at the first one finished. That holds because every transaction takes its
+//!   transaction id before its seq (PostgreSQL's `keyorder_next_seq()`, schema version 8):
+//!   a transaction that started after a snapshot takes a seq above every seq the snapshot
+//!   could see. (Trusting the cursor, as before 2026-12-06 evening, let a row committed behind
+//!   it wait for the next full read while its key's later rows went first: the simulation's
+//!   `cursor-past-late-commit` design.)
 //! * **Rows that wait** (a recorded retry time, or the online repartition's barrier) end a
 //!   batch, and as the head are read again at the next look: a wait is only as fresh as the read
 //!   that returned it. (Serving a waiting head again from the read-ahead, as before 2026-12-06,
@@ -84,6 +90,17 @@ pub enum HeadPlan {
     Read(Read),
 }
 
+/// The transaction horizon of the snapshot a read ran under: PostgreSQL's
+/// `pg_snapshot_xmin(pg_current_snapshot())` and `pg_snapshot_xmax(…)` of the read's own
+/// statement (64-bit transaction ids, which never wrap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Every transaction with a lower id had finished (committed or rolled back).
+    pub xmin: u64,
+    /// No transaction with this id or a higher one had started.
+    pub xmax: u64,
+}
+
 /// One batch read: the rows after `after` (every row when it is zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Read {
@@ -98,8 +115,14 @@ pub struct Read {
 #[derive(Debug)]
 pub struct SessionDrain {
     options: SessionDrainOptions,
-    /// The last acknowledged (or dead-lettered) seq: head reads start after it.
+    /// The last acknowledged (or dead-lettered) seq: head reads start after it, or after
+    /// `settled` if that is lower.
     cursor: Seq,
+    /// No row at or below this seq can still commit.
+    settled: Seq,
+    /// The highest seq a read returned that is not yet settled, and that read's `xmax`: it is
+    /// settled once a read's `xmin` reaches that `xmax`.
+    settling: Option<(u64, Seq)>,
     /// Rows read ahead, head first, none of a key in `skipped`. Only the head may wait (its
     /// retry time, or the barrier), and then it is the only row.
     ahead: VecDeque<StoredHead>,
@@ -117,6 +140,9 @@ pub struct SessionDrain {
     /// An unpark sends the cursor back to the start (always, except in the simulation's
     /// `cursor-past-parked` design).
     rewind_on_unpark: bool,
+    /// Reads start after the cursor whatever may still commit below it (only in the
+    /// simulation's `cursor-past-late-commit` design).
+    trust_cursor: bool,
 }
 
 impl SessionDrain {
@@ -125,6 +151,8 @@ impl SessionDrain {
         Self {
             options,
             cursor: Seq(0),
+            settled: Seq(0),
+            settling: None,
             ahead: VecDeque::new(),
             skipped: ParkedKeys::NONE,
             acks: Vec::new(),
@@ -133,6 +161,7 @@ impl SessionDrain {
             full_scan_at: now,
             drained: false,
             rewind_on_unpark: true,
+            trust_cursor: false,
         }
     }
 
@@ -142,6 +171,15 @@ impl SessionDrain {
     #[doc(hidden)]
     pub fn keeping_the_cursor_on_unpark(mut self) -> Self {
         self.rewind_on_unpark = false;
+        self
+    }
+
+    /// The rule before 2026-12-06 (evening), kept only for the simulation's catalogue of broken
+    /// designs (`cursor-past-late-commit`): reads start after the last acknowledged seq even
+    /// while a transaction that took a lower seq may still commit. No store may use it.
+    #[doc(hidden)]
+    pub fn trusting_the_cursor(mut self) -> Self {
+        self.trust_cursor = true;
         self
     }
 
@@ -184,7 +222,11 @@ impl SessionDrain {
             }
         }
         let full = full || self.drained;
-        let after = if full { Seq(0) } else { self.cursor };
+        let after = match (full, self.trust_cursor) {
+            (true, _) => Seq(0),
+            (false, true) => self.cursor,
+            (false, false) => self.cursor.min(self.settled),
+        };
         HeadPlan::Read(Read { after, full, at: now })
     }
 
@@ -198,11 +240,18 @@ impl SessionDrain {
         self.ahead.front().cloned()
     }
 
-    /// Takes in the rows `read` returned, answered at `now`, oldest first. Returns the read to
-    /// run next, if any: when nothing was found after the cursor, one read from the beginning
-    /// looks behind it.
-    pub fn filled(&mut self, read: Read, mut rows: Vec<StoredHead>, now: Time) -> Option<Read> {
+    /// Takes in the rows `read` returned under `snapshot`, answered at `now`, oldest first.
+    /// Returns the read to run next, if any: when nothing was found after the cursor, one read
+    /// from the beginning looks behind it.
+    pub fn filled(
+        &mut self,
+        read: Read,
+        mut rows: Vec<StoredHead>,
+        snapshot: Snapshot,
+        now: Time,
+    ) -> Option<Read> {
         self.heard(now);
+        self.settle(&rows, snapshot);
         // A row that waits (its retry time, or the barrier) is handed out as the head at most
         // once and never kept behind another: served again later, its wait would be as stale
         // as the read. It ends the batch, and as the head it is read afresh next time.
@@ -218,6 +267,25 @@ impl SessionDrain {
         }
         self.drained = self.ahead.is_empty();
         None
+    }
+
+    /// Settles what an earlier read returned once every transaction running at it has
+    /// finished, then starts settling what this read returned.
+    fn settle(&mut self, rows: &[StoredHead], snapshot: Snapshot) {
+        if self.settling.is_some_and(|(xmax, _)| snapshot.xmin >= xmax) {
+            self.settled = self.settled.max(self.settling.take().map_or(Seq(0), |(_, s)| s));
+        }
+        if self.settling.is_none() {
+            let highest = rows.iter().map(|h| h.seq).max().filter(|s| *s > self.settled);
+            if let Some(highest) = highest {
+                if snapshot.xmin >= snapshot.xmax {
+                    // No transaction was running: nothing below what it saw can still commit.
+                    self.settled = highest;
+                } else {
+                    self.settling = Some((snapshot.xmax, highest));
+                }
+            }
+        }
     }
 
     /// Records the acknowledgement of `seq` at `now`; `true` when the buffered ones are due to
@@ -262,6 +330,9 @@ impl SessionDrain {
 mod tests {
     use super::*;
 
+    /// A read's snapshot with no transaction running.
+    const QUIET: Snapshot = Snapshot { xmin: 1, xmax: 1 };
+
     fn ms(n: u64) -> Time {
         Time(Duration::from_millis(n))
     }
@@ -295,7 +366,7 @@ mod tests {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
         assert_eq!(r.after, Seq(0));
-        assert_eq!(d.filled(r, vec![row(1, "a"), row(2, "b")], ms(2)), None);
+        assert_eq!(d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET, ms(2)), None);
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(3)), HeadPlan::Serve(row(1, "a")));
         assert!(!d.acked(Seq(1), ms(4)));
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(40)), HeadPlan::Serve(row(2, "b")));
@@ -309,13 +380,13 @@ mod tests {
     fn an_empty_cursor_read_looks_behind_the_cursor_once() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(5, "a")], ms(1));
+        d.filled(r, vec![row(5, "a")], QUIET, ms(1));
         assert!(!d.acked(Seq(5), ms(2)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
         assert_eq!(r.after, Seq(5));
-        let again = d.filled(r, vec![], ms(4)).expect("a look behind the cursor");
+        let again = d.filled(r, vec![], QUIET, ms(4)).expect("a look behind the cursor");
         assert_eq!(again.after, Seq(0));
-        assert_eq!(d.filled(again, vec![row(4, "late")], ms(5)), None);
+        assert_eq!(d.filled(again, vec![row(4, "late")], QUIET, ms(5)), None);
         assert_eq!(d.head(), Some(row(4, "late")));
     }
 
@@ -323,16 +394,16 @@ mod tests {
     fn an_empty_partition_is_looked_at_with_one_read_from_the_beginning() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(5, "a")], ms(1));
+        d.filled(r, vec![row(5, "a")], QUIET, ms(1));
         d.acked(Seq(5), ms(2));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
-        let again = d.filled(r, vec![], ms(3)).expect("a look behind the cursor");
-        assert_eq!(d.filled(again, vec![], ms(4)), None);
+        let again = d.filled(r, vec![], QUIET, ms(3)).expect("a look behind the cursor");
+        assert_eq!(d.filled(again, vec![], QUIET, ms(4)), None);
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(100)));
         assert_eq!(r.after, Seq(0), "no read after the cursor first");
-        assert_eq!(d.filled(r, vec![], ms(101)), None, "and no second read");
+        assert_eq!(d.filled(r, vec![], QUIET, ms(101)), None, "and no second read");
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(200)));
-        d.filled(r, vec![row(9, "b")], ms(201));
+        d.filled(r, vec![row(9, "b")], QUIET, ms(201));
         d.acked(Seq(9), ms(202));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(203)));
         assert_eq!(r.after, Seq(9), "rows found: the cursor again");
@@ -354,12 +425,12 @@ mod tests {
     fn unparking_a_key_forces_a_full_read_and_parking_drops_the_batch() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(2, "b"), row(3, "a")], ms(1));
+        d.filled(r, vec![row(1, "a"), row(2, "b"), row(3, "a")], QUIET, ms(1));
         d.acked(Seq(1), ms(2));
         let parked = ParkedKeys::new(["a".to_owned()]);
         let r = read(d.plan_head(&parked, ms(3)));
         assert_eq!(r.after, Seq(1), "parking reads on from the cursor");
-        d.filled(r, vec![row(2, "b")], ms(3));
+        d.filled(r, vec![row(2, "b")], QUIET, ms(3));
         d.acked(Seq(2), ms(4));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(5)));
         assert_eq!(r.after, Seq(0), "unparking reads from the start");
@@ -369,10 +440,10 @@ mod tests {
     fn a_row_the_barrier_holds_is_read_again_and_a_full_read_comes_every_second() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![waits(1, "a")], ms(1));
+        d.filled(r, vec![waits(1, "a")], QUIET, ms(1));
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
-        d.filled(r, vec![row(1, "a"), row(2, "b")], ms(3));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET, ms(3));
         d.acked(Seq(1), ms(4));
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(5)), HeadPlan::Serve(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1_004)));
@@ -383,12 +454,12 @@ mod tests {
     fn a_row_that_waits_ends_the_batch_and_as_the_head_is_read_again() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), waits(2, "b"), row(3, "c")], ms(1));
+        d.filled(r, vec![row(1, "a"), waits(2, "b"), row(3, "c")], QUIET, ms(1));
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Serve(row(1, "a")));
         d.acked(Seq(1), ms(3));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
         assert_eq!(r.after, Seq(1), "the waiting row was not kept");
-        d.filled(r, vec![waits(2, "b"), row(3, "c")], ms(5));
+        d.filled(r, vec![waits(2, "b"), row(3, "c")], QUIET, ms(5));
         assert_eq!(d.head(), Some(waits(2, "b")));
         // Its wait is over 100 ms later: the head is read again, not served with the old wait.
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(105)), HeadPlan::Read(_)));
@@ -398,13 +469,73 @@ mod tests {
     fn retries_and_dead_letters_drop_the_batch() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(2, "b")], ms(1));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET, ms(1));
         d.changed();
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(2)));
-        d.filled(r, vec![row(1, "a"), row(2, "b")], ms(2));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET, ms(2));
         d.dead_lettered(Seq(1));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
         assert_eq!(r.after, Seq(1));
+    }
+
+    #[test]
+    fn a_row_committed_behind_the_cursor_is_read_before_its_keys_next_row() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        // Transaction 7 took seq 2 for key "k" and has not committed: rows 1 and 3 are seen.
+        let busy = Snapshot { xmin: 7, xmax: 9 };
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], busy, ms(1));
+        d.acked(Seq(1), ms(2));
+        d.acked(Seq(3), ms(3));
+        d.take_acks();
+        // Transaction 7 commits seq 2, and key "k"'s next row (seq 4) commits after it.
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
+        assert_eq!(r.after, Seq(0), "seq 2 may still commit: the read starts below it");
+        d.filled(r, vec![row(2, "k"), row(4, "k")], Snapshot { xmin: 11, xmax: 11 }, ms(5));
+        assert_eq!(d.head(), Some(row(2, "k")));
+        d.acked(Seq(2), ms(6));
+        d.acked(Seq(4), ms(7));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(8)));
+        assert_eq!(r.after, Seq(4), "every transaction that could take a seq up to 4 is done");
+    }
+
+    #[test]
+    fn what_a_read_saw_is_settled_once_a_later_read_shows_its_running_transactions_done() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, vec![row(5, "a")], Snapshot { xmin: 3, xmax: 6 }, ms(1));
+        d.acked(Seq(5), ms(2));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
+        assert_eq!(r.after, Seq(0));
+        // Transaction 3 still runs (xmin 3): seq 5 stays unsettled, and seq 8 waits its turn.
+        d.filled(r, vec![row(8, "b")], Snapshot { xmin: 3, xmax: 10 }, ms(4));
+        d.acked(Seq(8), ms(5));
+        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(6))).after, Seq(0));
+        // Every transaction below 6 is done: seq 5 is settled, and seq 9 (xmax 12) starts
+        // settling.
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(7)));
+        d.filled(r, vec![row(9, "c")], Snapshot { xmin: 6, xmax: 12 }, ms(8));
+        d.acked(Seq(9), ms(9));
+        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(10))).after, Seq(5));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(10)));
+        d.filled(r, vec![row(12, "d")], Snapshot { xmin: 12, xmax: 13 }, ms(11));
+        d.acked(Seq(12), ms(12));
+        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(13))).after, Seq(9));
+        // A read with no transaction running settles what it saw at once.
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(14)));
+        d.filled(r, vec![row(13, "e")], Snapshot { xmin: 14, xmax: 14 }, ms(15));
+        d.acked(Seq(13), ms(16));
+        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(17))).after, Seq(13));
+    }
+
+    #[test]
+    fn trusting_the_cursor_passes_a_row_that_commits_late() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0)).trusting_the_cursor();
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], Snapshot { xmin: 7, xmax: 9 }, ms(1));
+        d.acked(Seq(1), ms(2));
+        d.acked(Seq(3), ms(3));
+        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(4))).after, Seq(3));
     }
 }

@@ -305,6 +305,75 @@ fn an_unparked_keys_rows_behind_the_cursor_go_before_its_later_ones() {
     });
 }
 
+/// A row whose transaction stays open while later rows are delivered and acknowledged lies
+/// behind the cursor when it commits. It must still go before its key's next row: reads start
+/// below every seq a transaction still open may hold. (Before 2026-12-06 evening the read after
+/// the cursor served the key's next row first, and only the next full read found the old one:
+/// the simulation's `cursor-past-late-commit`.)
+#[test]
+fn a_row_committed_behind_the_cursor_goes_before_its_keys_next_row() {
+    let Some(pg) = PgServer::start("a_row_committed_behind_the_cursor") else { return };
+    let url = pg.create_db("late_commit");
+    block_on(async {
+        let c = migrated(&url).await;
+        // Every insert takes its transaction id before its seq, whoever inserts.
+        let default: String = c
+            .query_one(
+                "SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d
+                 JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                 WHERE d.adrelid = 'delivery_queue'::regclass AND a.attname = 'seq'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(default, "keyorder_next_seq()");
+        let mut late = client(&url).await;
+        let tx = late.transaction().await.unwrap();
+        tx.query_one("SELECT keyorder_next_seq()", &[]).await.unwrap();
+        let assigned: bool = tx
+            .query_one("SELECT pg_current_xact_id_if_assigned() IS NOT NULL", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(assigned, "keyorder_next_seq() took no transaction id");
+        tx.rollback().await.unwrap();
+
+        let insert = "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+                      VALUES (0, $1, $2, '{}') RETURNING seq";
+        // k1 takes its seq and stays uncommitted while x1..x3 commit after it.
+        let tx = late.transaction().await.unwrap();
+        let k1: i64 = tx.query_one(insert, &[&"k", &"k1"]).await.unwrap().get(0);
+        let mut seqs = std::collections::BTreeMap::new();
+        for id in ["x1", "x2", "x3"] {
+            seqs.insert(id, c.query_one(insert, &[&"x", &id]).await.unwrap().get::<_, i64>(0));
+        }
+        assert!(seqs.values().all(|s| *s > k1));
+        let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let mut lease = store.acquire(PartitionId(0)).await.unwrap().expect("free partition");
+        let none = keyorder::drain::ParkedKeys::NONE;
+        for id in ["x1", "x2", "x3"] {
+            let head = lease.fetch_head(&none).await.unwrap().expect("a head");
+            assert_eq!(head.event_id, id);
+            lease.ack(head.seq).await.unwrap();
+        }
+        // The partition stays busy (x4), k1 commits behind the cursor, then k's next row.
+        c.query_one(insert, &[&"x", &"x4"]).await.unwrap();
+        tx.commit().await.unwrap();
+        c.query_one(insert, &[&"k", &"k2"]).await.unwrap();
+        let mut order = Vec::new();
+        while let Some(head) = lease.fetch_head(&none).await.unwrap() {
+            order.push(head.event_id.clone());
+            lease.ack(head.seq).await.unwrap();
+        }
+        let at = |id: &str| order.iter().position(|e| e == id).expect(id);
+        assert!(
+            at("k1") < at("k2"),
+            "k2 went before k1, which committed behind the cursor: {order:?}"
+        );
+    });
+}
+
 /// A head that failed comes back with its retry time as a wait. Read again once that time has
 /// passed, it must come back without one: a read-ahead that kept it served the same wait every
 /// time, and a partition in strict order waited for its head over and over (found by the

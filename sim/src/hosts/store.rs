@@ -59,6 +59,8 @@ pub struct Durable {
     pub dead: Vec<(Seq, Row, String)>,
     /// The last sequence number handed out.
     pub next_seq: i64,
+    /// The next transaction id to hand out (PostgreSQL's, which a restart keeps).
+    pub next_xid: u64,
     /// The last lease epoch per partition.
     pub epochs: BTreeMap<PartitionId, u64>,
     /// Partitions whose last holder did not hand them back cleanly: written under the lease
@@ -159,6 +161,9 @@ pub struct Volatile {
     /// (partition, session) → epoch. Exclusive unless `shared_locks`.
     locks: BTreeMap<(PartitionId, u64), Epoch>,
     uncommitted: BTreeMap<u64, (Seq, PartitionId, Row)>,
+    /// The transaction id of each session's open insert, taken before its seq (as
+    /// PostgreSQL's `keyorder_next_seq()` takes it).
+    open_xids: BTreeMap<u64, u64>,
     /// Sessions ended by [`StoreState::break_lease`] (`pg_terminate_backend`): their connection
     /// is closed at its next request.
     terminated: BTreeSet<u64>,
@@ -258,7 +263,15 @@ impl StoreState {
             rec.log(now(), "store", format_args!("session {id} of {w} ended ({why})"));
         }
         self.volatile.uncommitted.remove(&id);
+        self.volatile.open_xids.remove(&id);
         self.durable.members.retain(|_, (s, _)| *s != id);
+    }
+
+    /// The horizon a read's snapshot has now: the oldest open transaction (else the next to
+    /// start), and the next to start.
+    fn horizon(&self) -> (u64, u64) {
+        let xmax = self.durable.next_xid;
+        (self.volatile.open_xids.values().copied().min().unwrap_or(xmax), xmax)
     }
 
     fn fenced(&self, session: u64, partition: PartitionId, epoch: Epoch) -> bool {
@@ -378,7 +391,9 @@ impl StoreState {
             R::FlushAcks { leases } => self.flush_acks(leases, at, rec),
             R::ReadAfter { partition, after, skip, limit, .. } => {
                 let from = Seq(after.0.saturating_add(1));
-                StoreResponse::Heads(self.heads(partition, from, at, &skip, limit as usize))
+                let heads = self.heads(partition, from, at, &skip, limit as usize);
+                let (xmin, xmax) = self.horizon();
+                StoreResponse::Heads { heads, xmin, xmax }
             }
             R::Retry { partition, seq, attempts, retry_in_us, error, .. } => {
                 self.retry(
@@ -635,6 +650,7 @@ impl StoreState {
         if !self.durable.committed_ids.insert(event_id.to_owned()) {
             return None;
         }
+        self.durable.next_xid += 1;
         self.durable.next_seq += 1;
         let seq = Seq(self.durable.next_seq);
         let row = Row {
@@ -745,6 +761,8 @@ impl StoreState {
         // PostgreSQL takes the seq at the insert, so rows can commit out of seq order; SQLite
         // serialises its writers, so seq order is commit order (the expiry lease's cursor
         // depends on it): there the seq is taken at the commit.
+        self.volatile.open_xids.insert(session, self.durable.next_xid);
+        self.durable.next_xid += 1;
         let seq = if self.durable.expiry.is_some() {
             Seq(0)
         } else {
@@ -768,6 +786,7 @@ impl StoreState {
         let Some((mut seq, partition, mut row)) = self.volatile.uncommitted.remove(&session) else {
             return StoreResponse::Refused("no open insert to commit".into());
         };
+        self.volatile.open_xids.remove(&session);
         if !self.durable.committed_ids.insert(row.event_id.clone()) {
             return StoreResponse::Duplicate;
         }

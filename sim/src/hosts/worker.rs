@@ -24,7 +24,7 @@ use keyorder::drain::{Head, ParkedKeys};
 use keyorder::store::ack_buffer::{AckBuffer, LeaseKey};
 use keyorder::store::head_cursor::HeadCursor;
 use keyorder::store::read_ahead::ReadAhead;
-use keyorder::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
+use keyorder::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions, Snapshot};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
@@ -103,6 +103,9 @@ pub struct SimStore {
     unfenced: bool,
     /// `cursor-past-parked`: an unpark leaves a session lease's cursor where it was.
     cursor_past_parked: bool,
+    /// `cursor-past-late-commit`: a session lease reads after its cursor whatever may still
+    /// commit below it.
+    cursor_past_late_commit: bool,
     /// The worker's clock.
     clock: SimClock,
     /// Expiry leases: the delivery check's margin and the renewal period; `None`: session locks.
@@ -127,6 +130,7 @@ impl SimStore {
             request_timeout,
             unfenced: false,
             cursor_past_parked: false,
+            cursor_past_late_commit: false,
             clock,
             expiry,
             acks: Rc::default(),
@@ -293,12 +297,14 @@ impl Store for SimStore {
 impl SimStore {
     /// A new session lease's drain, by production PostgreSQL's rules.
     fn session_drain(&self) -> SessionDrain {
-        let drain = SessionDrain::new(SessionDrainOptions::default(), self.clock.now());
+        let mut drain = SessionDrain::new(SessionDrainOptions::default(), self.clock.now());
         if self.cursor_past_parked {
-            drain.keeping_the_cursor_on_unpark()
-        } else {
-            drain
+            drain = drain.keeping_the_cursor_on_unpark();
         }
+        if self.cursor_past_late_commit {
+            drain = drain.trusting_the_cursor();
+        }
+        drain
     }
 
     /// The holder's view of a granted expiry lease, with its renewal task started.
@@ -536,12 +542,14 @@ impl SimLease {
             let (skip, limit) = (d.skipped().clone(), d.options().read_ahead);
             let (partition, epoch) = (self.partition, self.epoch);
             let req = StoreRequest::ReadAfter { partition, epoch, after: read.after, skip, limit };
-            let rows = match self.fenced(req, "fetch_head").await? {
-                StoreResponse::Heads(heads) => heads.into_iter().map(stored).collect(),
+            let (rows, snapshot) = match self.fenced(req, "fetch_head").await? {
+                StoreResponse::Heads { heads, xmin, xmax } => {
+                    (heads.into_iter().map(stored).collect(), Snapshot { xmin, xmax })
+                }
                 other => return Err(unexpected("fetch_head", other)),
             };
             let now = self.clock.now();
-            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, now));
+            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, snapshot, now));
         }
         Ok(())
     }
@@ -662,7 +670,7 @@ impl LeaseSession for SimLease {
             limit: e.client.read_ahead,
         };
         let heads = match self.fenced(req, "fetch_head").await? {
-            StoreResponse::Heads(heads) => heads,
+            StoreResponse::Heads { heads, .. } => heads,
             other => return Err(unexpected("fetch_head", other)),
         };
         let Some(e) = &mut self.expiry else { return Ok(None) };
@@ -961,6 +969,8 @@ pub struct WorkerHost {
     pub unfenced: bool,
     /// `cursor-past-parked`.
     pub cursor_past_parked: bool,
+    /// `cursor-past-late-commit`.
+    pub cursor_past_late_commit: bool,
     /// `parallel-in-partition`.
     pub parallel: bool,
     /// The worker's clock.
@@ -987,6 +997,7 @@ impl WorkerHost {
                     request_timeout: this.request_timeout,
                     unfenced: this.unfenced,
                     cursor_past_parked: this.cursor_past_parked,
+                    cursor_past_late_commit: this.cursor_past_late_commit,
                     clock: this.clock,
                     expiry: this.expiry,
                     // A new process: nothing buffered survives a crash.

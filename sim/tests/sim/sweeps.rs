@@ -4,7 +4,7 @@
 use keyorder::check::Kind;
 use keyorder_sim::scenario::{FaultKind, Procedure};
 use keyorder_sim::sweep::{sweep, Summary};
-use keyorder_sim::{run, Scenario, Size, Stepping};
+use keyorder_sim::{run, Break, Scenario, Size, Stepping};
 
 fn summary(size: Size, seeds: std::ops::Range<u64>) -> Summary {
     let seeds: Vec<u64> = seeds.collect();
@@ -85,29 +85,35 @@ fn a_pin_change_during_an_online_change_of_count_passes() {
     assert!(ran >= 5, "only {ran} small seeds of 200 change both count and a pin");
 }
 
-/// Commits held open behind the cursor (`slow_commits`): with an expiry lease, SQLite's drain
-/// (seqs taken at commit, since SQLite serialises its writers) keeps every key in order on
-/// every seed; the same scenario with PostgreSQL's session-lock drain reorders on some, its
-/// known gap (README), which shows the scenario reaches the window at all.
+/// Commits held open behind the cursor (`slow_commits`): SQLite's drain (an expiry lease; seqs
+/// taken at commit, since SQLite serialises its writers) and PostgreSQL's (a session lock;
+/// reads start below every seq an open transaction may hold) keep every key in order on every
+/// seed. Trusting the cursor (`cursor-past-late-commit`, PostgreSQL's drain before 2026-12-06
+/// evening) reorders on some, which shows the scenario reaches the window at all.
 #[test]
-fn commits_held_open_keep_order_with_sqlites_drain_and_show_postgresqls_known_gap() {
+fn commits_held_open_keep_order_with_both_drains_and_a_trusted_cursor_reorders() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/regressions");
+    let text = std::fs::read_to_string(dir.join("commit-behind-cursor-session.json"))
+        .expect("the saved case");
+    let session = keyorder_sim::regression::Regression::from_json(&text).expect("a case").scenario;
+    assert!(session.lease.expiry().is_none() && session.breaks.is_empty());
     let text = std::fs::read_to_string(dir.join("commit-behind-cursor-expiry.json"))
         .expect("the saved case");
-    let case = keyorder_sim::regression::Regression::from_json(&text).expect("a saved case");
-    let expiry = case.scenario;
+    let expiry = keyorder_sim::regression::Regression::from_json(&text).expect("a case").scenario;
     assert!(expiry.lease.expiry().is_some());
-    let mut session = expiry.clone();
-    session.lease = keyorder_sim::scenario::LeaseModel::SessionLock;
+    let mut trusting = session.clone();
+    trusting.breaks = vec![Break::CursorPastLateCommit];
     let mut reordered = 0;
     for seed in 0..10 {
-        let outcome = run(&expiry, seed, false).expect("runs");
-        assert!(outcome.verdict.is_ok(), "expiry lease, seed {seed}:\n{}", outcome.verdict);
-        assert!(outcome.faults.get("slow_commit").is_some_and(|n| *n > 0));
-        let outcome = run(&session, seed, false).expect("runs");
+        for (name, scenario) in [("expiry lease", &expiry), ("session lock", &session)] {
+            let outcome = run(scenario, seed, false).expect("runs");
+            assert!(outcome.verdict.is_ok(), "{name}, seed {seed}:\n{}", outcome.verdict);
+            assert!(outcome.faults.get("slow_commit").is_some_and(|n| *n > 0));
+        }
+        let outcome = run(&trusting, seed, false).expect("runs");
         if outcome.verdict.violated().contains(&Kind::Reorder) {
             reordered += 1;
         }
     }
-    assert!(reordered > 0, "PostgreSQL's known gap did not show: the scenario misses the window");
+    assert!(reordered >= 3, "a trusted cursor reordered on {reordered} of 10 seeds, not 6");
 }

@@ -30,7 +30,7 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
+use crate::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions, Snapshot};
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 pub mod admin;
@@ -345,6 +345,21 @@ const HEAD_COLUMNS: &str = "seq, event_id, partition_key, payload::text, attempt
     (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
        WHERE o.partition_key = q.partition_key AND o.layout < q.layout))";
 
+/// A head read of up to `$3` rows after seq `$2` of partition `$1` (and `filter`), behind the
+/// horizon of the statement's own snapshot: `xmin`, `xmax`, then [`HEAD_COLUMNS`], one row
+/// with NULL head columns when no row matches.
+fn read_ahead_statement(filter: &str) -> String {
+    format!(
+        "SELECT pg_snapshot_xmin(s.s)::text::int8, pg_snapshot_xmax(s.s)::text::int8, h.*
+         FROM (SELECT pg_current_snapshot() AS s) s
+         LEFT JOIN LATERAL (
+           SELECT {HEAD_COLUMNS} FROM delivery_queue q
+           WHERE partition = $1 AND seq > $2 {filter} ORDER BY seq LIMIT $3
+         ) h ON true
+         ORDER BY h.seq"
+    )
+}
+
 impl PgLease {
     fn p(&self) -> i16 {
         // A partition is below a validated count of at most 32767.
@@ -354,12 +369,8 @@ impl PgLease {
     /// The prepared hot statements, prepared on first use.
     async fn prepared(&mut self) -> Result<&Prepared, StoreError> {
         if self.prepared.is_none() {
-            let read_ahead = format!(
-                "SELECT {HEAD_COLUMNS} FROM delivery_queue q WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-            );
-            let read_ahead_skip = format!(
-                "SELECT {HEAD_COLUMNS} FROM delivery_queue q WHERE partition = $1 AND seq > $2 AND partition_key <> ALL($4::text[]) ORDER BY seq LIMIT $3"
-            );
+            let read_ahead = read_ahead_statement("");
+            let read_ahead_skip = read_ahead_statement("AND partition_key <> ALL($4::text[])");
             let prepared = Prepared {
                 read_ahead: self.client.prepare(&read_ahead).await?,
                 read_ahead_skip: self.client.prepare(&read_ahead_skip).await?,
@@ -404,15 +415,16 @@ impl PgLease {
     async fn read_ahead(&mut self, read: Read) -> Result<(), StoreError> {
         let mut next = Some(read);
         while let Some(read) = next {
-            let rows = self.read_batch(read.after.0).await?;
-            next = self.drain.filled(read, rows, self.clock.now());
+            let (rows, snapshot) = self.read_batch(read.after.0).await?;
+            next = self.drain.filled(read, rows, snapshot, self.clock.now());
         }
         Ok(())
     }
 
     /// The rows after seq `from`, head first, ending at the first that waits (its retry time,
-    /// or the barrier): [`SessionDrain::filled`] keeps nothing behind one.
-    async fn read_batch(&mut self, from: i64) -> Result<Vec<StoredHead>, StoreError> {
+    /// or the barrier): [`SessionDrain::filled`] keeps nothing behind one. With the horizon
+    /// of the statement's snapshot.
+    async fn read_batch(&mut self, from: i64) -> Result<(Vec<StoredHead>, Snapshot), StoreError> {
         let limit = i64::from(self.drain.options().read_ahead);
         let skipped = self.drain.skipped().clone();
         let rows = if skipped.is_empty() {
@@ -424,11 +436,20 @@ impl PgLease {
             let skip = skipped.as_slice();
             self.client.query(&read, &[&self.p(), &from, &limit, &skip]).await?
         };
+        // The snapshot's horizon comes with every row, and alone (head columns NULL) when
+        // nothing is queued after `from`.
+        let Some(first) = rows.first() else {
+            let reason = "the head read returned no row, not even its snapshot".to_owned();
+            return Err(StoreError::Refused { operation: "fetch_head", reason });
+        };
+        let xid = |i: usize| -> u64 { first.get::<_, i64>(i).max(0) as u64 };
+        let snapshot = Snapshot { xmin: xid(0), xmax: xid(1) };
         let mut heads = Vec::with_capacity(rows.len());
         for r in &rows {
-            let wait: f64 = r.get(5);
+            let Some(seq) = r.get::<_, Option<i64>>(2) else { break };
+            let wait: f64 = r.get(7);
             let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
-            let held: bool = r.get(7);
+            let held: bool = r.get(9);
             if held {
                 // The barrier holds this row: it comes back as a short wait (no attempt is
                 // spent), so the next look re-reads it.
@@ -436,19 +457,19 @@ impl PgLease {
             }
             let waits = wait.is_some();
             heads.push(StoredHead {
-                seq: Seq(r.get(0)),
-                event_id: r.get(1),
-                key: r.get(2),
-                payload: r.get(3),
-                attempts: r.get::<_, i32>(4).max(0) as u32,
+                seq: Seq(seq),
+                event_id: r.get(3),
+                key: r.get(4),
+                payload: r.get(5),
+                attempts: r.get::<_, i32>(6).max(0) as u32,
                 wait,
-                last_error: r.get(6),
+                last_error: r.get(8),
             });
             if waits {
                 break;
             }
         }
-        Ok(heads)
+        Ok((heads, snapshot))
     }
 }
 

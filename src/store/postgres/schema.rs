@@ -131,6 +131,25 @@ const MIGRATIONS: &[&str] = &[
     // index (a delete leaves index entries to vacuum, so it costs nothing per row), and this
     // version only keeps the numbering equal.
     "-- the key index stays",
+    // 8: every insert takes its transaction id before its seq, so a transaction that started
+    // after a snapshot takes a seq above every seq that snapshot could see: what lets the drain
+    // know which seqs can no longer commit (`store::session_drain`, "Late commits"). It is the
+    // column's default, so a reference producer's plain insert takes it too. The sequence's
+    // name is resolved once, here.
+    r#"
+    DO $do$
+    BEGIN
+      EXECUTE format(
+        $f$CREATE OR REPLACE FUNCTION keyorder_next_seq() RETURNS bigint
+           LANGUAGE plpgsql VOLATILE AS $b$
+           BEGIN
+             PERFORM pg_current_xact_id();
+             RETURN nextval(%L::regclass);
+           END $b$$f$,
+        pg_get_serial_sequence('delivery_queue', 'seq'));
+    END $do$;
+    ALTER TABLE delivery_queue ALTER COLUMN seq SET DEFAULT keyorder_next_seq();
+    "#,
 ];
 
 /// The schema version this build writes and expects.
