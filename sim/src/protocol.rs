@@ -105,10 +105,9 @@ pub enum StoreResponse {
     Count(u64),
     /// The lease, or `None` when another session holds it.
     Lock(Option<Granted>),
-    /// The oldest rows read, oldest first (a `ReadAfter`), and the horizon of the read's
-    /// snapshot: PostgreSQL's `pg_snapshot_xmin` and `pg_snapshot_xmax` (the oldest transaction
-    /// still open, else the next to start; the next to start).
-    Heads { heads: Vec<WireHead>, xmin: u64, xmax: u64 },
+    /// The oldest rows read, oldest first (a `ReadAfter`), and the ids of the transactions the
+    /// read's snapshot saw running (PostgreSQL's `pg_snapshot_xip`).
+    Heads { heads: Vec<WireHead>, running: Vec<u64> },
     /// The sequence number given to an insert (0 under expiry leases, where the commit takes it).
     Inserted(Seq),
     /// The event id was committed before (the unique constraint).

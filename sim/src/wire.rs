@@ -252,7 +252,7 @@ enum_wire!(StoreResponse:
     0 => Ok,
     1 => Count(n),
     2 => Lock(granted),
-    4 => Heads { heads, xmin, xmax },
+    4 => Heads { heads, running },
     5 => Inserted(seq),
     6 => Duplicate,
     7 => NotHeld,
@@ -358,14 +358,14 @@ mod tests {
             StoreResponse::Lock(Some(granted)),
             StoreResponse::Lost(vec![]),
             StoreResponse::Lost(vec![LeaseId { partition: p, epoch: e }]),
-            StoreResponse::Heads { heads: vec![head(1), head(2)], xmin: 3, xmax: 9 },
+            StoreResponse::Heads { heads: vec![head(1), head(2)], running: vec![3, 7] },
             StoreResponse::Inserted(Seq(9)),
             StoreResponse::Duplicate,
             StoreResponse::NotHeld,
             StoreResponse::Refused("no".into()),
             StoreResponse::Lasts {
                 until_us: 5,
-                answer: Box::new(StoreResponse::Heads { heads: vec![head(3)], xmin: 1, xmax: 1 }),
+                answer: Box::new(StoreResponse::Heads { heads: vec![head(3)], running: vec![] }),
             },
         ] {
             round_trip(resp);

@@ -26,16 +26,16 @@
 //!   simulation's `cursor-past-parked` design.)
 //! * **Late commits.** A row takes its seq at the insert and may commit after rows with higher
 //!   seqs were delivered and acknowledged (a long producer transaction): a read after the last
-//!   acknowledged seq would pass it, and its key's next row could go first. So reads start
-//!   after the lower of that seq and the *settled* seq, below which no row can still commit.
-//!   Each read reports its snapshot's transaction horizon ([`Snapshot`]); the highest seq a
-//!   read returned is settled once a later read's snapshot shows every transaction that was
-//!   running at the first one finished. That holds because every transaction takes its
-//!   transaction id before its seq (PostgreSQL's `keyorder_next_seq()`, schema version 8):
-//!   a transaction that started after a snapshot takes a seq above every seq the snapshot
-//!   could see. (Trusting the cursor, as before 2026-12-06 evening, let a row committed behind
-//!   it wait for the next full read while its key's later rows went first: the simulation's
-//!   `cursor-past-late-commit` design.)
+//!   acknowledged seq would pass it, and its key's next row could go first. So each read
+//!   reports the transactions its snapshot saw running (PostgreSQL's `pg_snapshot_xip`), and
+//!   the drain watches each, with the highest seq read before it was first seen running: every
+//!   transaction takes its id before its seq (`keyorder_next_seq()`, schema version 8), so its
+//!   rows lie above that seq. When a read shows a watched transaction finished, and its rows
+//!   may lie below where the read started, that read's rows are dropped, the cursor goes back
+//!   to that seq and the rows are read from there, in seq order. A transaction that never
+//!   inserts costs nothing, however long it runs. (Trusting the cursor, as before 2026-12-06
+//!   evening, let a row committed behind it wait for the next full read while its key's later
+//!   rows went first: the simulation's `cursor-past-late-commit` design.)
 //! * **Rows that wait** (a recorded retry time, or the online repartition's barrier) end a
 //!   batch, and as the head are read again at the next look: a wait is only as fresh as the read
 //!   that returned it. (Serving a waiting head again from the read-ahead, as before 2026-12-06,
@@ -43,7 +43,7 @@
 //!   its head over and over until a full read, found when the simulation first ran these
 //!   rules.)
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use crate::drain::ParkedKeys;
@@ -90,17 +90,6 @@ pub enum HeadPlan {
     Read(Read),
 }
 
-/// The transaction horizon of the snapshot a read ran under: PostgreSQL's
-/// `pg_snapshot_xmin(pg_current_snapshot())` and `pg_snapshot_xmax(…)` of the read's own
-/// statement (64-bit transaction ids, which never wrap).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Snapshot {
-    /// Every transaction with a lower id had finished (committed or rolled back).
-    pub xmin: u64,
-    /// No transaction with this id or a higher one had started.
-    pub xmax: u64,
-}
-
 /// One batch read: the rows after `after` (every row when it is zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Read {
@@ -115,14 +104,14 @@ pub struct Read {
 #[derive(Debug)]
 pub struct SessionDrain {
     options: SessionDrainOptions,
-    /// The last acknowledged (or dead-lettered) seq: head reads start after it, or after
-    /// `settled` if that is lower.
+    /// The last acknowledged (or dead-lettered) seq: head reads start after it.
     cursor: Seq,
-    /// No row at or below this seq can still commit.
-    settled: Seq,
-    /// The highest seq a read returned that is not yet settled, and that read's `xmax`: it is
-    /// settled once a read's `xmin` reaches that `xmax`.
-    settling: Option<(u64, Seq)>,
+    /// The highest seq any read returned.
+    seen: Seq,
+    /// Transactions a read saw running, each with the seq its rows lie above: `seen` before
+    /// the read that first saw it (a transaction that started after a snapshot takes a seq
+    /// above every seq that snapshot could see).
+    watched: BTreeMap<u64, Seq>,
     /// Rows read ahead, head first, none of a key in `skipped`. Only the head may wait (its
     /// retry time, or the barrier), and then it is the only row.
     ahead: VecDeque<StoredHead>,
@@ -151,8 +140,8 @@ impl SessionDrain {
         Self {
             options,
             cursor: Seq(0),
-            settled: Seq(0),
-            settling: None,
+            seen: Seq(0),
+            watched: BTreeMap::new(),
             ahead: VecDeque::new(),
             skipped: ParkedKeys::NONE,
             acks: Vec::new(),
@@ -222,11 +211,7 @@ impl SessionDrain {
             }
         }
         let full = full || self.drained;
-        let after = match (full, self.trust_cursor) {
-            (true, _) => Seq(0),
-            (false, true) => self.cursor,
-            (false, false) => self.cursor.min(self.settled),
-        };
+        let after = if full { Seq(0) } else { self.cursor };
         HeadPlan::Read(Read { after, full, at: now })
     }
 
@@ -240,18 +225,26 @@ impl SessionDrain {
         self.ahead.front().cloned()
     }
 
-    /// Takes in the rows `read` returned under `snapshot`, answered at `now`, oldest first.
-    /// Returns the read to run next, if any: when nothing was found after the cursor, one read
-    /// from the beginning looks behind it.
+    /// Takes in the rows `read` returned, answered at `now`, oldest first, and the ids of the
+    /// transactions its snapshot saw running. Returns the read to run next, if any: when a
+    /// transaction that may have committed rows below where `read` started has finished, a
+    /// read from there (these rows are dropped); when nothing was found after the cursor, one
+    /// read from the beginning.
     pub fn filled(
         &mut self,
         read: Read,
         mut rows: Vec<StoredHead>,
-        snapshot: Snapshot,
+        running: &[u64],
         now: Time,
     ) -> Option<Read> {
         self.heard(now);
-        self.settle(&rows, snapshot);
+        if let Some(from) = self.watch(&rows, running).filter(|from| *from < read.after) {
+            if !self.trust_cursor {
+                self.ahead.clear();
+                self.cursor = self.cursor.min(from);
+                return Some(Read { after: from, full: false, at: read.at });
+            }
+        }
         // A row that waits (its retry time, or the barrier) is handed out as the head at most
         // once and never kept behind another: served again later, its wait would be as stale
         // as the read. It ends the batch, and as the head it is read afresh next time.
@@ -269,23 +262,27 @@ impl SessionDrain {
         None
     }
 
-    /// Settles what an earlier read returned once every transaction running at it has
-    /// finished, then starts settling what this read returned.
-    fn settle(&mut self, rows: &[StoredHead], snapshot: Snapshot) {
-        if self.settling.is_some_and(|(xmax, _)| snapshot.xmin >= xmax) {
-            self.settled = self.settled.max(self.settling.take().map_or(Seq(0), |(_, s)| s));
-        }
-        if self.settling.is_none() {
-            let highest = rows.iter().map(|h| h.seq).max().filter(|s| *s > self.settled);
-            if let Some(highest) = highest {
-                if snapshot.xmin >= snapshot.xmax {
-                    // No transaction was running: nothing below what it saw can still commit.
-                    self.settled = highest;
-                } else {
-                    self.settling = Some((snapshot.xmax, highest));
-                }
+    /// Takes in what a read saw: stops watching the transactions no longer running and returns
+    /// the lowest seq their rows lie above, starts watching the new ones, and notes the
+    /// highest seq read.
+    fn watch(&mut self, rows: &[StoredHead], running: &[u64]) -> Option<Seq> {
+        let mut running = running.to_vec();
+        running.sort_unstable();
+        let mut behind: Option<Seq> = None;
+        self.watched.retain(|xid, from| {
+            let still = running.binary_search(xid).is_ok();
+            if !still {
+                behind = Some(behind.map_or(*from, |b| b.min(*from)));
             }
+            still
+        });
+        for xid in running {
+            self.watched.entry(xid).or_insert(self.seen);
         }
+        if let Some(highest) = rows.iter().map(|h| h.seq).max() {
+            self.seen = self.seen.max(highest);
+        }
+        behind
     }
 
     /// Records the acknowledgement of `seq` at `now`; `true` when the buffered ones are due to
@@ -331,7 +328,7 @@ mod tests {
     use super::*;
 
     /// A read's snapshot with no transaction running.
-    const QUIET: Snapshot = Snapshot { xmin: 1, xmax: 1 };
+    const QUIET: &[u64] = &[];
 
     fn ms(n: u64) -> Time {
         Time(Duration::from_millis(n))
@@ -483,59 +480,62 @@ mod tests {
     fn a_row_committed_behind_the_cursor_is_read_before_its_keys_next_row() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         // Transaction 7 took seq 2 for key "k" and has not committed: rows 1 and 3 are seen.
-        let busy = Snapshot { xmin: 7, xmax: 9 };
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(3, "b")], busy, ms(1));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], &[7], ms(1));
         d.acked(Seq(1), ms(2));
         d.acked(Seq(3), ms(3));
         d.take_acks();
         // Transaction 7 commits seq 2, and key "k"'s next row (seq 4) commits after it.
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
-        assert_eq!(r.after, Seq(0), "seq 2 may still commit: the read starts below it");
-        d.filled(r, vec![row(2, "k"), row(4, "k")], Snapshot { xmin: 11, xmax: 11 }, ms(5));
+        assert_eq!(r.after, Seq(3));
+        let behind = d.filled(r, vec![row(4, "k")], QUIET, ms(5)).expect("a read from behind");
+        assert_eq!(behind.after, Seq(0), "transaction 7 was running at the first read");
+        assert_eq!(d.head(), None, "the rows read after the cursor are dropped");
+        assert_eq!(d.filled(behind, vec![row(2, "k"), row(4, "k")], QUIET, ms(6)), None);
         assert_eq!(d.head(), Some(row(2, "k")));
-        d.acked(Seq(2), ms(6));
-        d.acked(Seq(4), ms(7));
-        let r = read(d.plan_head(&ParkedKeys::NONE, ms(8)));
-        assert_eq!(r.after, Seq(4), "every transaction that could take a seq up to 4 is done");
+        d.acked(Seq(2), ms(7));
+        d.acked(Seq(4), ms(8));
+        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(9))).after, Seq(4));
     }
 
     #[test]
-    fn what_a_read_saw_is_settled_once_a_later_read_shows_its_running_transactions_done() {
+    fn a_transaction_that_started_after_a_read_is_looked_for_only_above_what_it_saw() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(5, "a")], Snapshot { xmin: 3, xmax: 6 }, ms(1));
-        d.acked(Seq(5), ms(2));
-        let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
-        assert_eq!(r.after, Seq(0));
-        // Transaction 3 still runs (xmin 3): seq 5 stays unsettled, and seq 8 waits its turn.
-        d.filled(r, vec![row(8, "b")], Snapshot { xmin: 3, xmax: 10 }, ms(4));
-        d.acked(Seq(8), ms(5));
-        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(6))).after, Seq(0));
-        // Every transaction below 6 is done: seq 5 is settled, and seq 9 (xmax 12) starts
-        // settling.
+        d.filled(r, vec![row(1, "a"), row(3, "b")], QUIET, ms(1));
+        d.acked(Seq(1), ms(2));
+        d.acked(Seq(3), ms(3));
+        // Transaction 9 starts after that read, takes seq 5 and stays open while 6 goes.
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
+        d.filled(r, vec![row(6, "c")], &[9], ms(5));
+        d.acked(Seq(6), ms(6));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(7)));
-        d.filled(r, vec![row(9, "c")], Snapshot { xmin: 6, xmax: 12 }, ms(8));
-        d.acked(Seq(9), ms(9));
-        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(10))).after, Seq(5));
-        let r = read(d.plan_head(&ParkedKeys::NONE, ms(10)));
-        d.filled(r, vec![row(12, "d")], Snapshot { xmin: 12, xmax: 13 }, ms(11));
-        d.acked(Seq(12), ms(12));
-        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(13))).after, Seq(9));
-        // A read with no transaction running settles what it saw at once.
-        let r = read(d.plan_head(&ParkedKeys::NONE, ms(14)));
-        d.filled(r, vec![row(13, "e")], Snapshot { xmin: 14, xmax: 14 }, ms(15));
-        d.acked(Seq(13), ms(16));
-        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(17))).after, Seq(13));
+        assert_eq!(r.after, Seq(6));
+        let behind = d.filled(r, vec![row(7, "c")], QUIET, ms(8)).expect("a read from behind");
+        assert_eq!(behind.after, Seq(3), "its rows lie above seq 3, the highest read before it");
+    }
+
+    #[test]
+    fn a_transaction_that_never_finishes_costs_no_read_from_behind() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        for (i, seq) in (1..=5).enumerate() {
+            let r = read(d.plan_head(&ParkedKeys::NONE, ms(10 * i as u64)));
+            assert_eq!(r.after, Seq(seq - 1));
+            // Transaction 4 (an idle session holding an id) runs through every read.
+            assert_eq!(d.filled(r, vec![row(seq, "a")], &[4], ms(10 * i as u64 + 1)), None);
+            d.acked(Seq(seq), ms(10 * i as u64 + 2));
+        }
     }
 
     #[test]
     fn trusting_the_cursor_passes_a_row_that_commits_late() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0)).trusting_the_cursor();
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(3, "b")], Snapshot { xmin: 7, xmax: 9 }, ms(1));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], &[7], ms(1));
         d.acked(Seq(1), ms(2));
         d.acked(Seq(3), ms(3));
-        assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(4))).after, Seq(3));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
+        assert_eq!(d.filled(r, vec![row(4, "k")], QUIET, ms(5)), None, "no read from behind");
+        assert_eq!(d.head(), Some(row(4, "k")));
     }
 }

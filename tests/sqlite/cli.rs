@@ -80,7 +80,11 @@ fn with_no_database_the_queue_is_keyorder_db_in_the_working_folder() {
 fn migrate_creates_then_reports_current() {
     let dir = TempDir::new("migrate");
     let first = keyorder(&dir.0, &["migrate", "--database", "sqlite:q.db"]);
-    assert!(text(&first).contains("applied migrations [1, 2, 3, 4, 5, 6, 7, 8]"), "{}", text(&first));
+    assert!(
+        text(&first).contains("applied migrations [1, 2, 3, 4, 5, 6, 7, 8]"),
+        "{}",
+        text(&first)
+    );
     let second = keyorder(&dir.0, &["migrate", "--database", "sqlite:q.db"]);
     assert!(text(&second).contains("schema is current (version 8)"), "{}", text(&second));
     let c = Connection::open(dir.path("q.db")).unwrap();

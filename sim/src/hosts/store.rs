@@ -267,13 +267,6 @@ impl StoreState {
         self.durable.members.retain(|_, (s, _)| *s != id);
     }
 
-    /// The horizon a read's snapshot has now: the oldest open transaction (else the next to
-    /// start), and the next to start.
-    fn horizon(&self) -> (u64, u64) {
-        let xmax = self.durable.next_xid;
-        (self.volatile.open_xids.values().copied().min().unwrap_or(xmax), xmax)
-    }
-
     fn fenced(&self, session: u64, partition: PartitionId, epoch: Epoch) -> bool {
         self.volatile.sessions.get(&session).is_some_and(|s| s.pooled)
             || self.volatile.locks.get(&(partition, session)) == Some(&epoch)
@@ -392,8 +385,8 @@ impl StoreState {
             R::ReadAfter { partition, after, skip, limit, .. } => {
                 let from = Seq(after.0.saturating_add(1));
                 let heads = self.heads(partition, from, at, &skip, limit as usize);
-                let (xmin, xmax) = self.horizon();
-                StoreResponse::Heads { heads, xmin, xmax }
+                let running = self.volatile.open_xids.values().copied().collect();
+                StoreResponse::Heads { heads, running }
             }
             R::Retry { partition, seq, attempts, retry_in_us, error, .. } => {
                 self.retry(

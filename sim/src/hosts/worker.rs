@@ -24,7 +24,7 @@ use keyorder::drain::{Head, ParkedKeys};
 use keyorder::store::ack_buffer::{AckBuffer, LeaseKey};
 use keyorder::store::head_cursor::HeadCursor;
 use keyorder::store::read_ahead::ReadAhead;
-use keyorder::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions, Snapshot};
+use keyorder::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
@@ -542,14 +542,14 @@ impl SimLease {
             let (skip, limit) = (d.skipped().clone(), d.options().read_ahead);
             let (partition, epoch) = (self.partition, self.epoch);
             let req = StoreRequest::ReadAfter { partition, epoch, after: read.after, skip, limit };
-            let (rows, snapshot) = match self.fenced(req, "fetch_head").await? {
-                StoreResponse::Heads { heads, xmin, xmax } => {
-                    (heads.into_iter().map(stored).collect(), Snapshot { xmin, xmax })
+            let (rows, running) = match self.fenced(req, "fetch_head").await? {
+                StoreResponse::Heads { heads, running } => {
+                    (heads.into_iter().map(stored).collect::<Vec<_>>(), running)
                 }
                 other => return Err(unexpected("fetch_head", other)),
             };
             let now = self.clock.now();
-            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, snapshot, now));
+            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, &running, now));
         }
         Ok(())
     }

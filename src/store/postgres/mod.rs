@@ -30,7 +30,7 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions, Snapshot};
+use crate::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 pub mod admin;
@@ -345,13 +345,14 @@ const HEAD_COLUMNS: &str = "seq, event_id, partition_key, payload::text, attempt
     (q.layout > 0 AND EXISTS (SELECT 1 FROM delivery_queue o
        WHERE o.partition_key = q.partition_key AND o.layout < q.layout))";
 
-/// A head read of up to `$3` rows after seq `$2` of partition `$1` (and `filter`), behind the
-/// horizon of the statement's own snapshot: `xmin`, `xmax`, then [`HEAD_COLUMNS`], one row
+/// A head read of up to `$3` rows after seq `$2` of partition `$1` (and `filter`): the ids of
+/// the transactions the statement's own snapshot saw running, then [`HEAD_COLUMNS`]; one row
 /// with NULL head columns when no row matches.
 fn read_ahead_statement(filter: &str) -> String {
     format!(
-        "SELECT pg_snapshot_xmin(s.s)::text::int8, pg_snapshot_xmax(s.s)::text::int8, h.*
-         FROM (SELECT pg_current_snapshot() AS s) s
+        "SELECT (SELECT coalesce(array_agg(x::text::int8), '{{}}')
+                 FROM pg_snapshot_xip(pg_current_snapshot()) x), h.*
+         FROM (SELECT 1) one
          LEFT JOIN LATERAL (
            SELECT {HEAD_COLUMNS} FROM delivery_queue q
            WHERE partition = $1 AND seq > $2 {filter} ORDER BY seq LIMIT $3
@@ -415,16 +416,16 @@ impl PgLease {
     async fn read_ahead(&mut self, read: Read) -> Result<(), StoreError> {
         let mut next = Some(read);
         while let Some(read) = next {
-            let (rows, snapshot) = self.read_batch(read.after.0).await?;
-            next = self.drain.filled(read, rows, snapshot, self.clock.now());
+            let (rows, running) = self.read_batch(read.after.0).await?;
+            next = self.drain.filled(read, rows, &running, self.clock.now());
         }
         Ok(())
     }
 
     /// The rows after seq `from`, head first, ending at the first that waits (its retry time,
-    /// or the barrier): [`SessionDrain::filled`] keeps nothing behind one. With the horizon
-    /// of the statement's snapshot.
-    async fn read_batch(&mut self, from: i64) -> Result<(Vec<StoredHead>, Snapshot), StoreError> {
+    /// or the barrier): [`SessionDrain::filled`] keeps nothing behind one. With the ids of the
+    /// transactions the statement's snapshot saw running.
+    async fn read_batch(&mut self, from: i64) -> Result<(Vec<StoredHead>, Vec<u64>), StoreError> {
         let limit = i64::from(self.drain.options().read_ahead);
         let skipped = self.drain.skipped().clone();
         let rows = if skipped.is_empty() {
@@ -436,20 +437,20 @@ impl PgLease {
             let skip = skipped.as_slice();
             self.client.query(&read, &[&self.p(), &from, &limit, &skip]).await?
         };
-        // The snapshot's horizon comes with every row, and alone (head columns NULL) when
+        // The running transactions come with every row, and alone (head columns NULL) when
         // nothing is queued after `from`.
         let Some(first) = rows.first() else {
             let reason = "the head read returned no row, not even its snapshot".to_owned();
             return Err(StoreError::Refused { operation: "fetch_head", reason });
         };
-        let xid = |i: usize| -> u64 { first.get::<_, i64>(i).max(0) as u64 };
-        let snapshot = Snapshot { xmin: xid(0), xmax: xid(1) };
+        let running: Vec<i64> = first.get(0);
+        let running = running.into_iter().map(|x| x.max(0) as u64).collect();
         let mut heads = Vec::with_capacity(rows.len());
         for r in &rows {
-            let Some(seq) = r.get::<_, Option<i64>>(2) else { break };
-            let wait: f64 = r.get(7);
+            let Some(seq) = r.get::<_, Option<i64>>(1) else { break };
+            let wait: f64 = r.get(6);
             let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
-            let held: bool = r.get(9);
+            let held: bool = r.get(8);
             if held {
                 // The barrier holds this row: it comes back as a short wait (no attempt is
                 // spent), so the next look re-reads it.
@@ -458,18 +459,18 @@ impl PgLease {
             let waits = wait.is_some();
             heads.push(StoredHead {
                 seq: Seq(seq),
-                event_id: r.get(3),
-                key: r.get(4),
-                payload: r.get(5),
-                attempts: r.get::<_, i32>(6).max(0) as u32,
+                event_id: r.get(2),
+                key: r.get(3),
+                payload: r.get(4),
+                attempts: r.get::<_, i32>(5).max(0) as u32,
                 wait,
-                last_error: r.get(8),
+                last_error: r.get(7),
             });
             if waits {
                 break;
             }
         }
-        Ok((heads, snapshot))
+        Ok((heads, running))
     }
 }
 
