@@ -35,8 +35,16 @@ pub enum StoreRequest {
     Ack { partition: PartitionId, epoch: Epoch, seq: Seq },
     /// A head read, fenced by the lease (PostgreSQL's head query, SQLite's read-ahead): up to
     /// `limit` rows with a seq above `after`, oldest first, none of a key in `skip` (the parked
-    /// keys), ending at the first that waits; answered as [`StoreResponse::Heads`].
-    ReadAfter { partition: PartitionId, epoch: Epoch, after: Seq, skip: ParkedKeys, limit: u32 },
+    /// keys), ending at the first that waits; answered as [`StoreResponse::Heads`], which also
+    /// says whether one of the `watched` transactions inserted a row at or below `after`.
+    ReadAfter {
+        partition: PartitionId,
+        epoch: Epoch,
+        after: Seq,
+        skip: ParkedKeys,
+        limit: u32,
+        watched: Vec<u64>,
+    },
     /// Delete buffered acknowledgements together, fenced (a session lease's batch delete).
     AckMany { partition: PartitionId, epoch: Epoch, seqs: Vec<Seq> },
     /// Delete the buffered acknowledgements of several expiry leases in one transaction
@@ -105,9 +113,10 @@ pub enum StoreResponse {
     Count(u64),
     /// The lease, or `None` when another session holds it.
     Lock(Option<Granted>),
-    /// The oldest rows read, oldest first (a `ReadAfter`), and the ids of the transactions the
-    /// read's snapshot saw running (PostgreSQL's `pg_snapshot_xip`).
-    Heads { heads: Vec<WireHead>, running: Vec<u64> },
+    /// The oldest rows read, oldest first (a `ReadAfter`), the ids of the transactions the
+    /// read's snapshot saw running (PostgreSQL's `pg_snapshot_xip`), and whether a watched
+    /// one committed a row at or below the read's `after`.
+    Heads { heads: Vec<WireHead>, running: Vec<u64>, late: bool },
     /// The sequence number given to an insert (0 under expiry leases, where the commit takes it).
     Inserted(Seq),
     /// The event id was committed before (the unique constraint).

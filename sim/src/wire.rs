@@ -243,7 +243,7 @@ enum_wire!(StoreRequest:
     10 => Pooled,
     11 => Ping,
     12 => Renew { partition, epoch },
-    13 => ReadAfter { partition, epoch, after, skip, limit },
+    13 => ReadAfter { partition, epoch, after, skip, limit, watched },
     14 => AckMany { partition, epoch, seqs },
     15 => FlushAcks { leases },
 );
@@ -252,7 +252,7 @@ enum_wire!(StoreResponse:
     0 => Ok,
     1 => Count(n),
     2 => Lock(granted),
-    4 => Heads { heads, running },
+    4 => Heads { heads, running, late },
     5 => Inserted(seq),
     6 => Duplicate,
     7 => NotHeld,
@@ -332,13 +332,21 @@ mod tests {
             StoreRequest::Pooled,
             StoreRequest::Ping,
             StoreRequest::Renew { partition: p, epoch: e },
-            StoreRequest::ReadAfter { partition: p, epoch: e, after: Seq(3), skip, limit: 64 },
+            StoreRequest::ReadAfter {
+                partition: p,
+                epoch: e,
+                after: Seq(3),
+                skip,
+                limit: 64,
+                watched: vec![7, 9],
+            },
             StoreRequest::ReadAfter {
                 partition: p,
                 epoch: e,
                 after: Seq(0),
                 skip: ParkedKeys::NONE,
                 limit: 1,
+                watched: vec![],
             },
             StoreRequest::FlushAcks {
                 leases: vec![
@@ -358,14 +366,18 @@ mod tests {
             StoreResponse::Lock(Some(granted)),
             StoreResponse::Lost(vec![]),
             StoreResponse::Lost(vec![LeaseId { partition: p, epoch: e }]),
-            StoreResponse::Heads { heads: vec![head(1), head(2)], running: vec![3, 7] },
+            StoreResponse::Heads { heads: vec![head(1), head(2)], running: vec![3, 7], late: true },
             StoreResponse::Inserted(Seq(9)),
             StoreResponse::Duplicate,
             StoreResponse::NotHeld,
             StoreResponse::Refused("no".into()),
             StoreResponse::Lasts {
                 until_us: 5,
-                answer: Box::new(StoreResponse::Heads { heads: vec![head(3)], running: vec![] }),
+                answer: Box::new(StoreResponse::Heads {
+                    heads: vec![head(3)],
+                    running: vec![],
+                    late: false,
+                }),
             },
         ] {
             round_trip(resp);

@@ -30,12 +30,14 @@
 //!   reports the transactions its snapshot saw running (PostgreSQL's `pg_snapshot_xip`), and
 //!   the drain watches each, with the highest seq read before it was first seen running: every
 //!   transaction takes its id before its seq (`keyorder_next_seq()`, schema version 8), so its
-//!   rows lie above that seq. When a read shows a watched transaction finished, and its rows
-//!   may lie below where the read started, that read's rows are dropped, the cursor goes back
-//!   to that seq and the rows are read from there, in seq order. A transaction that never
-//!   inserts costs nothing, however long it runs. (Trusting the cursor, as before 2026-12-06
-//!   evening, let a row committed behind it wait for the next full read while its key's later
-//!   rows went first: the simulation's `cursor-past-late-commit` design.)
+//!   rows lie above that seq. Each read also asks, in the same statement, whether a watched
+//!   transaction committed a row at or below where it started (each row records the id of the
+//!   transaction that inserted it, `producer_xid`, indexed per partition). Only then are the
+//!   read's rows dropped, the cursor moved back to where that transaction's rows can lie and
+//!   the rows read again from there. A transaction that inserts nothing (an acknowledgement's
+//!   delete, an idle session holding an id) costs no read. (Trusting the cursor, as before
+//!   2026-12-06 evening, let a row committed behind it wait for the next full read while its
+//!   key's later rows went first: the simulation's `cursor-past-late-commit` design.)
 //! * **Rows that wait** (a recorded retry time, or the online repartition's barrier) end a
 //!   batch, and as the head are read again at the next look: a wait is only as fresh as the read
 //!   that returned it. (Serving a waiting head again from the read-ahead, as before 2026-12-06,
@@ -88,6 +90,16 @@ pub enum HeadPlan {
     /// Flush the buffered acknowledgements, read a batch, and hand it to
     /// [`SessionDrain::filled`].
     Read(Read),
+}
+
+/// What a head read's own snapshot showed beside its rows.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen<'a> {
+    /// The ids of the transactions running (PostgreSQL's `pg_snapshot_xip`).
+    pub running: &'a [u64],
+    /// Whether a row of the partition at or below the read's `after` was inserted by one of
+    /// the transactions [`SessionDrain::watched`] named: a commit behind the cursor.
+    pub late: bool,
 }
 
 /// One batch read: the rows after `after` (every row when it is zero).
@@ -225,25 +237,35 @@ impl SessionDrain {
         self.ahead.front().cloned()
     }
 
-    /// Takes in the rows `read` returned, answered at `now`, oldest first, and the ids of the
-    /// transactions its snapshot saw running. Returns the read to run next, if any: when a
-    /// transaction that may have committed rows below where `read` started has finished, a
-    /// read from there (these rows are dropped); when nothing was found after the cursor, one
-    /// read from the beginning.
+    /// The transactions a head read must ask about ([`Seen::late`]): those its earlier reads
+    /// saw running.
+    pub fn watched(&self) -> Vec<u64> {
+        if self.trust_cursor {
+            return Vec::new();
+        }
+        self.watched.keys().copied().collect()
+    }
+
+    /// Takes in the rows `read` returned, answered at `now`, oldest first, and what its
+    /// snapshot showed. Returns the read to run next, if any: when a watched transaction
+    /// committed rows below where `read` started, a read from below them (these rows are
+    /// dropped); when nothing was found after the cursor, one read from the beginning.
     pub fn filled(
         &mut self,
         read: Read,
         mut rows: Vec<StoredHead>,
-        running: &[u64],
+        seen: Seen<'_>,
         now: Time,
     ) -> Option<Read> {
         self.heard(now);
-        if let Some(from) = self.watch(&rows, running).filter(|from| *from < read.after) {
-            if !self.trust_cursor {
-                self.ahead.clear();
-                self.cursor = self.cursor.min(from);
-                return Some(Read { after: from, full: false, at: read.at });
-            }
+        let behind = self.watch(&rows, seen.running);
+        if seen.late && !self.trust_cursor {
+            // A watched transaction committed a row at or below where the read started: it
+            // has finished, so `behind` names where its rows can lie.
+            let from = behind.unwrap_or(Seq(0)).min(read.after);
+            self.ahead.clear();
+            self.cursor = self.cursor.min(from);
+            return Some(Read { after: from, full: false, at: read.at });
         }
         // A row that waits (its retry time, or the barrier) is handed out as the head at most
         // once and never kept behind another: served again later, its wait would be as stale
@@ -327,8 +349,17 @@ impl SessionDrain {
 mod tests {
     use super::*;
 
-    /// A read's snapshot with no transaction running.
-    const QUIET: &[u64] = &[];
+    /// A read's snapshot with no transaction running and no late commit.
+    const QUIET: Seen<'static> = Seen { running: &[], late: false };
+
+    /// A snapshot with `ids` running and no late commit.
+    fn running(ids: &[u64]) -> Seen<'_> {
+        Seen { running: ids, late: false }
+    }
+
+    /// A snapshot with nothing running, where a watched transaction committed a row behind
+    /// the cursor.
+    const LATE: Seen<'static> = Seen { running: &[], late: true };
 
     fn ms(n: u64) -> Time {
         Time(Duration::from_millis(n))
@@ -481,18 +512,20 @@ mod tests {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         // Transaction 7 took seq 2 for key "k" and has not committed: rows 1 and 3 are seen.
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(3, "b")], &[7], ms(1));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], running(&[7]), ms(1));
+        assert_eq!(d.watched(), vec![7]);
         d.acked(Seq(1), ms(2));
         d.acked(Seq(3), ms(3));
         d.take_acks();
         // Transaction 7 commits seq 2, and key "k"'s next row (seq 4) commits after it.
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
         assert_eq!(r.after, Seq(3));
-        let behind = d.filled(r, vec![row(4, "k")], QUIET, ms(5)).expect("a read from behind");
+        let behind = d.filled(r, vec![row(4, "k")], LATE, ms(5)).expect("a read from behind");
         assert_eq!(behind.after, Seq(0), "transaction 7 was running at the first read");
         assert_eq!(d.head(), None, "the rows read after the cursor are dropped");
         assert_eq!(d.filled(behind, vec![row(2, "k"), row(4, "k")], QUIET, ms(6)), None);
         assert_eq!(d.head(), Some(row(2, "k")));
+        assert!(d.watched().is_empty());
         d.acked(Seq(2), ms(7));
         d.acked(Seq(4), ms(8));
         assert_eq!(read(d.plan_head(&ParkedKeys::NONE, ms(9))).after, Seq(4));
@@ -507,31 +540,38 @@ mod tests {
         d.acked(Seq(3), ms(3));
         // Transaction 9 starts after that read, takes seq 5 and stays open while 6 goes.
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
-        d.filled(r, vec![row(6, "c")], &[9], ms(5));
+        d.filled(r, vec![row(6, "c")], running(&[9]), ms(5));
         d.acked(Seq(6), ms(6));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(7)));
         assert_eq!(r.after, Seq(6));
-        let behind = d.filled(r, vec![row(7, "c")], QUIET, ms(8)).expect("a read from behind");
+        let behind = d.filled(r, vec![row(7, "c")], LATE, ms(8)).expect("a read from behind");
         assert_eq!(behind.after, Seq(3), "its rows lie above seq 3, the highest read before it");
     }
 
     #[test]
-    fn a_transaction_that_never_finishes_costs_no_read_from_behind() {
+    fn a_transaction_that_commits_nothing_behind_the_cursor_costs_no_read_from_behind() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         for (i, seq) in (1..=5).enumerate() {
             let r = read(d.plan_head(&ParkedKeys::NONE, ms(10 * i as u64)));
             assert_eq!(r.after, Seq(seq - 1));
-            // Transaction 4 (an idle session holding an id) runs through every read.
-            assert_eq!(d.filled(r, vec![row(seq, "a")], &[4], ms(10 * i as u64 + 1)), None);
+            // Transaction 4 (an idle session holding an id) runs through every read, and
+            // each read sees another (an acknowledgement's delete) that finished since.
+            let ids = [4, 100 + seq as u64];
+            assert_eq!(
+                d.filled(r, vec![row(seq, "a")], running(&ids), ms(10 * i as u64 + 1)),
+                None
+            );
             d.acked(Seq(seq), ms(10 * i as u64 + 2));
         }
+        assert_eq!(d.watched(), vec![4, 105]);
     }
 
     #[test]
     fn trusting_the_cursor_passes_a_row_that_commits_late() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0)).trusting_the_cursor();
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(3, "b")], &[7], ms(1));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], running(&[7]), ms(1));
+        assert!(d.watched().is_empty(), "nothing is asked about");
         d.acked(Seq(1), ms(2));
         d.acked(Seq(3), ms(3));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));

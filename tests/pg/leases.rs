@@ -349,6 +349,16 @@ fn a_row_committed_behind_the_cursor_goes_before_its_keys_next_row() {
             seqs.insert(id, c.query_one(insert, &[&"x", &id]).await.unwrap().get::<_, i64>(0));
         }
         assert!(seqs.values().all(|s| *s > k1));
+        // Each row records the transaction that inserted it, which the head read asks about.
+        let recorded: bool = c
+            .query_one(
+                "SELECT bool_and(producer_xid IS NOT NULL) FROM delivery_queue WHERE event_id LIKE 'x%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(recorded, "rows without producer_xid");
         let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
         let mut lease = store.acquire(PartitionId(0)).await.unwrap().expect("free partition");
         let none = keyorder::drain::ParkedKeys::NONE;

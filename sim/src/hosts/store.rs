@@ -48,6 +48,8 @@ pub struct Row {
     pub not_before: Option<Time>,
     /// The last error.
     pub last_error: Option<String>,
+    /// The transaction that inserted it (PostgreSQL's `producer_xid`).
+    pub xid: u64,
 }
 
 /// What survives a restart: committed rows, the dead-letter table, sequences.
@@ -382,11 +384,19 @@ impl StoreState {
                 StoreResponse::Ok
             }
             R::FlushAcks { leases } => self.flush_acks(leases, at, rec),
-            R::ReadAfter { partition, after, skip, limit, .. } => {
+            R::ReadAfter { partition, after, skip, limit, watched, .. } => {
                 let from = Seq(after.0.saturating_add(1));
                 let heads = self.heads(partition, from, at, &skip, limit as usize);
                 let running = self.volatile.open_xids.values().copied().collect();
-                StoreResponse::Heads { heads, running }
+                // PostgreSQL's probe of `producer_xid`: a watched transaction's row at or
+                // below `after`, committed behind the cursor.
+                let late = !watched.is_empty()
+                    && self
+                        .durable
+                        .rows
+                        .range((partition, Seq(i64::MIN))..=(partition, after))
+                        .any(|(_, row)| watched.contains(&row.xid));
+                StoreResponse::Heads { heads, running, late }
             }
             R::Retry { partition, seq, attempts, retry_in_us, error, .. } => {
                 self.retry(
@@ -643,6 +653,7 @@ impl StoreState {
         if !self.durable.committed_ids.insert(event_id.to_owned()) {
             return None;
         }
+        let xid = self.durable.next_xid;
         self.durable.next_xid += 1;
         self.durable.next_seq += 1;
         let seq = Seq(self.durable.next_seq);
@@ -654,6 +665,7 @@ impl StoreState {
             attempts: 0,
             not_before: None,
             last_error: None,
+            xid,
         };
         let enqueued = Enqueued {
             event_id: event_id.to_owned(),
@@ -754,7 +766,8 @@ impl StoreState {
         // PostgreSQL takes the seq at the insert, so rows can commit out of seq order; SQLite
         // serialises its writers, so seq order is commit order (the expiry lease's cursor
         // depends on it): there the seq is taken at the commit.
-        self.volatile.open_xids.insert(session, self.durable.next_xid);
+        let xid = self.durable.next_xid;
+        self.volatile.open_xids.insert(session, xid);
         self.durable.next_xid += 1;
         let seq = if self.durable.expiry.is_some() {
             Seq(0)
@@ -770,6 +783,7 @@ impl StoreState {
             attempts: 0,
             not_before: None,
             last_error: None,
+            xid,
         };
         self.volatile.uncommitted.insert(session, (seq, partition, row));
         StoreResponse::Inserted(seq)

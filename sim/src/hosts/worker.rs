@@ -24,7 +24,7 @@ use keyorder::drain::{Head, ParkedKeys};
 use keyorder::store::ack_buffer::{AckBuffer, LeaseKey};
 use keyorder::store::head_cursor::HeadCursor;
 use keyorder::store::read_ahead::ReadAhead;
-use keyorder::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
+use keyorder::store::session_drain::{HeadPlan, Read, Seen, SessionDrain, SessionDrainOptions};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
@@ -541,15 +541,24 @@ impl SimLease {
             let Some(d) = &self.drain else { return Ok(()) };
             let (skip, limit) = (d.skipped().clone(), d.options().read_ahead);
             let (partition, epoch) = (self.partition, self.epoch);
-            let req = StoreRequest::ReadAfter { partition, epoch, after: read.after, skip, limit };
-            let (rows, running) = match self.fenced(req, "fetch_head").await? {
-                StoreResponse::Heads { heads, running } => {
-                    (heads.into_iter().map(stored).collect::<Vec<_>>(), running)
+            let watched = d.watched();
+            let req = StoreRequest::ReadAfter {
+                partition,
+                epoch,
+                after: read.after,
+                skip,
+                limit,
+                watched,
+            };
+            let (rows, running, late) = match self.fenced(req, "fetch_head").await? {
+                StoreResponse::Heads { heads, running, late } => {
+                    (heads.into_iter().map(stored).collect::<Vec<_>>(), running, late)
                 }
                 other => return Err(unexpected("fetch_head", other)),
             };
             let now = self.clock.now();
-            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, &running, now));
+            let seen = Seen { running: &running, late };
+            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, seen, now));
         }
         Ok(())
     }
@@ -668,6 +677,7 @@ impl LeaseSession for SimLease {
             after: Seq(e.cursor.after()),
             skip: skip.clone(),
             limit: e.client.read_ahead,
+            watched: Vec::new(),
         };
         let heads = match self.fenced(req, "fetch_head").await? {
             StoreResponse::Heads { heads, .. } => heads,

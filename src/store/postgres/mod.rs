@@ -30,7 +30,7 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::session_drain::{HeadPlan, Read, SessionDrain, SessionDrainOptions};
+use crate::store::session_drain::{HeadPlan, Read, Seen, SessionDrain, SessionDrainOptions};
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 pub mod admin;
@@ -346,12 +346,19 @@ const HEAD_COLUMNS: &str = "seq, event_id, partition_key, payload::text, attempt
        WHERE o.partition_key = q.partition_key AND o.layout < q.layout))";
 
 /// A head read of up to `$3` rows after seq `$2` of partition `$1` (and `filter`): the ids of
-/// the transactions the statement's own snapshot saw running, then [`HEAD_COLUMNS`]; one row
-/// with NULL head columns when no row matches.
+/// the transactions the statement's own snapshot saw running; whether one of the transactions
+/// `$4` inserted a row of the partition at or below `$2` (a commit behind the cursor), looked
+/// up by `(partition, producer_xid)` only (`seq + 0` keeps the planner off a walk of the seq
+/// range, whose deleted rows a long transaction keeps from vacuum); then [`HEAD_COLUMNS`].
+/// One row with NULL head columns when no row matches.
 fn read_ahead_statement(filter: &str) -> String {
     format!(
         "SELECT (SELECT coalesce(array_agg(x::text::int8), '{{}}')
-                 FROM pg_snapshot_xip(pg_current_snapshot()) x), h.*
+                 FROM pg_snapshot_xip(pg_current_snapshot()) x),
+                EXISTS (SELECT 1 FROM unnest($4::int8[]) w(x)
+                        JOIN delivery_queue l ON l.partition = $1 AND l.producer_xid = w.x
+                        WHERE l.seq + 0 <= $2),
+                h.*
          FROM (SELECT 1) one
          LEFT JOIN LATERAL (
            SELECT {HEAD_COLUMNS} FROM delivery_queue q
@@ -371,7 +378,7 @@ impl PgLease {
     async fn prepared(&mut self) -> Result<&Prepared, StoreError> {
         if self.prepared.is_none() {
             let read_ahead = read_ahead_statement("");
-            let read_ahead_skip = read_ahead_statement("AND partition_key <> ALL($4::text[])");
+            let read_ahead_skip = read_ahead_statement("AND partition_key <> ALL($5::text[])");
             let prepared = Prepared {
                 read_ahead: self.client.prepare(&read_ahead).await?,
                 read_ahead_skip: self.client.prepare(&read_ahead_skip).await?,
@@ -416,26 +423,32 @@ impl PgLease {
     async fn read_ahead(&mut self, read: Read) -> Result<(), StoreError> {
         let mut next = Some(read);
         while let Some(read) = next {
-            let (rows, running) = self.read_batch(read.after.0).await?;
-            next = self.drain.filled(read, rows, &running, self.clock.now());
+            let (rows, running, late) = self.read_batch(read.after.0).await?;
+            let seen = Seen { running: &running, late };
+            next = self.drain.filled(read, rows, seen, self.clock.now());
         }
         Ok(())
     }
 
     /// The rows after seq `from`, head first, ending at the first that waits (its retry time,
     /// or the barrier): [`SessionDrain::filled`] keeps nothing behind one. With the ids of the
-    /// transactions the statement's snapshot saw running.
-    async fn read_batch(&mut self, from: i64) -> Result<(Vec<StoredHead>, Vec<u64>), StoreError> {
+    /// transactions the statement's snapshot saw running, and whether a watched one committed
+    /// a row at or below `from`.
+    async fn read_batch(
+        &mut self,
+        from: i64,
+    ) -> Result<(Vec<StoredHead>, Vec<u64>, bool), StoreError> {
         let limit = i64::from(self.drain.options().read_ahead);
         let skipped = self.drain.skipped().clone();
+        let watched: Vec<i64> = self.drain.watched().into_iter().map(|x| x as i64).collect();
         let rows = if skipped.is_empty() {
             // Without parked keys the statement of old: the hot path pays nothing for parking.
             let read = self.prepared().await?.read_ahead.clone();
-            self.client.query(&read, &[&self.p(), &from, &limit]).await?
+            self.client.query(&read, &[&self.p(), &from, &limit, &watched]).await?
         } else {
             let read = self.prepared().await?.read_ahead_skip.clone();
             let skip = skipped.as_slice();
-            self.client.query(&read, &[&self.p(), &from, &limit, &skip]).await?
+            self.client.query(&read, &[&self.p(), &from, &limit, &watched, &skip]).await?
         };
         // The running transactions come with every row, and alone (head columns NULL) when
         // nothing is queued after `from`.
@@ -445,12 +458,13 @@ impl PgLease {
         };
         let running: Vec<i64> = first.get(0);
         let running = running.into_iter().map(|x| x.max(0) as u64).collect();
+        let late: bool = first.get(1);
         let mut heads = Vec::with_capacity(rows.len());
         for r in &rows {
-            let Some(seq) = r.get::<_, Option<i64>>(1) else { break };
-            let wait: f64 = r.get(6);
+            let Some(seq) = r.get::<_, Option<i64>>(2) else { break };
+            let wait: f64 = r.get(7);
             let mut wait = (wait > 0.0).then(|| Duration::from_secs_f64(wait));
-            let held: bool = r.get(8);
+            let held: bool = r.get(9);
             if held {
                 // The barrier holds this row: it comes back as a short wait (no attempt is
                 // spent), so the next look re-reads it.
@@ -459,18 +473,18 @@ impl PgLease {
             let waits = wait.is_some();
             heads.push(StoredHead {
                 seq: Seq(seq),
-                event_id: r.get(2),
-                key: r.get(3),
-                payload: r.get(4),
-                attempts: r.get::<_, i32>(5).max(0) as u32,
+                event_id: r.get(3),
+                key: r.get(4),
+                payload: r.get(5),
+                attempts: r.get::<_, i32>(6).max(0) as u32,
                 wait,
-                last_error: r.get(7),
+                last_error: r.get(8),
             });
             if waits {
                 break;
             }
         }
-        Ok((heads, running))
+        Ok((heads, running, late))
     }
 }
 

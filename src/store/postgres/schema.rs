@@ -131,11 +131,14 @@ const MIGRATIONS: &[&str] = &[
     // index (a delete leaves index entries to vacuum, so it costs nothing per row), and this
     // version only keeps the numbering equal.
     "-- the key index stays",
-    // 8: every insert takes its transaction id before its seq, so a transaction that started
-    // after a snapshot takes a seq above every seq that snapshot could see: what lets the drain
-    // know which seqs can no longer commit (`store::session_drain`, "Late commits"). It is the
-    // column's default, so a reference producer's plain insert takes it too. The sequence's
-    // name is resolved once, here.
+    // 8: what the drain needs to find a row committed behind its cursor (`store::session_drain`,
+    // "Late commits"). Every insert takes its transaction id before its seq, so a transaction
+    // that started after a snapshot takes a seq above every seq that snapshot could see; and
+    // every row records that id (`producer_xid`, indexed per partition), so a head read can
+    // ask whether a transaction it saw running committed a row behind the cursor. Both are
+    // column defaults, so a reference producer's plain insert keeps them too. The sequence's
+    // name is resolved once, here. The new column is NULL for rows queued before: no
+    // transaction a drain watches can have inserted them.
     r#"
     DO $do$
     BEGIN
@@ -149,6 +152,11 @@ const MIGRATIONS: &[&str] = &[
         pg_get_serial_sequence('delivery_queue', 'seq'));
     END $do$;
     ALTER TABLE delivery_queue ALTER COLUMN seq SET DEFAULT keyorder_next_seq();
+    ALTER TABLE delivery_queue ADD COLUMN IF NOT EXISTS producer_xid BIGINT;
+    ALTER TABLE delivery_queue ALTER COLUMN producer_xid
+      SET DEFAULT (pg_current_xact_id()::text::bigint);
+    CREATE INDEX IF NOT EXISTS delivery_queue_producer_idx
+      ON delivery_queue (partition, producer_xid);
     "#,
 ];
 
