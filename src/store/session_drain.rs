@@ -259,7 +259,7 @@ impl SessionDrain {
     ) -> Option<Read> {
         self.heard(now);
         let behind = self.watch(&rows, seen.running);
-        if seen.late && !self.trust_cursor {
+        if seen.late {
             // A watched transaction committed a row at or below where the read started: it
             // has finished, so `behind` names where its rows can lie.
             let from = behind.unwrap_or(Seq(0)).min(read.after);

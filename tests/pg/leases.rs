@@ -306,8 +306,8 @@ fn an_unparked_keys_rows_behind_the_cursor_go_before_its_later_ones() {
 }
 
 /// A row whose transaction stays open while later rows are delivered and acknowledged lies
-/// behind the cursor when it commits. It must still go before its key's next row: reads start
-/// below every seq a transaction still open may hold. (Before 2026-12-06 evening the read after
+/// behind the cursor when it commits. It must still go before its key's next row: the head read
+/// that finds its transaction's row behind the cursor reads again from below it. (Before 2026-12-06 evening the read after
 /// the cursor served the key's next row first, and only the next full read found the old one:
 /// the simulation's `cursor-past-late-commit`.)
 #[test]

@@ -87,8 +87,8 @@ fn a_pin_change_during_an_online_change_of_count_passes() {
 
 /// Commits held open behind the cursor (`slow_commits`): SQLite's drain (an expiry lease; seqs
 /// taken at commit, since SQLite serialises its writers) and PostgreSQL's (a session lock;
-/// reads start below every seq an open transaction may hold) keep every key in order on every
-/// seed. Trusting the cursor (`cursor-past-late-commit`, PostgreSQL's drain before 2026-12-06
+/// a read again from below once a transaction it saw running committed a row behind the
+/// cursor) keep every key in order on every seed. Trusting the cursor (`cursor-past-late-commit`, PostgreSQL's drain before 2026-12-06
 /// evening) reorders on some, which shows the scenario reaches the window at all.
 #[test]
 fn commits_held_open_keep_order_with_both_drains_and_a_trusted_cursor_reorders() {

@@ -171,8 +171,9 @@ const MIGRATIONS: &[&str] = &[
         AND layout = OLD.layout AND partition = OLD.partition;
     END;
     "#,
-    // 8: PostgreSQL's transaction id before the seq; SQLite serialises its writers, so its seq
-    // order is commit order already, and this version only keeps the numbering equal.
+    // 8: PostgreSQL's transaction ids (taken before the seq, and recorded on each row);
+    // SQLite serialises its writers, so its seq order is commit order already, and this
+    // version only keeps the numbering equal.
     "-- seq order is commit order",
 ];
 
