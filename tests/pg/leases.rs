@@ -384,6 +384,93 @@ fn a_row_committed_behind_the_cursor_goes_before_its_keys_next_row() {
     });
 }
 
+/// keyorder's own enqueue gives each row its seq and `producer_xid` itself (not through the
+/// column defaults, which take the transaction id once per row). A batch of it held open behind
+/// the cursor (its insert waits on another session's uncommitted row with the same event id,
+/// after an earlier row of the batch took its seq) must still go before its key's next row.
+#[test]
+fn an_enqueue_held_open_behind_the_cursor_goes_before_its_keys_next_row() {
+    let Some(pg) = PgServer::start("an_enqueue_held_open_behind_the_cursor") else { return };
+    let url = pg.create_db("late_enqueue");
+    block_on(async {
+        let mut c = migrated(&url).await;
+        keyorder::store::postgres::layout::record(&c, count()).await.unwrap();
+        let router = keyorder::Router::new(count());
+        let p = router.route("k");
+        let x = (0..).map(|i| format!("x{i}")).find(|k| router.route(k) == p).unwrap();
+        let event = |key: &str, id: &str| keyorder::key::Event {
+            event_id: id.into(),
+            tenant_id: "t".into(),
+            subscription_id: key.into(),
+            resource_id: "r".into(),
+            payload: serde_json::json!({ "id": id }),
+        };
+        let enqueue = keyorder::store::postgres::queue::enqueue;
+        // Another session holds an uncommitted row with the event id "blocker".
+        let mut holder = client(&url).await;
+        let hold = holder.transaction().await.unwrap();
+        hold.execute(
+            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+             VALUES (0, 'h', 'blocker', '{}')",
+            &[],
+        )
+        .await
+        .unwrap();
+        // The batch [k1, blocker]: k1 takes its seq, then the insert waits for the holder.
+        let mut late = client(&url).await;
+        let batch = [event("k", "k1"), event("h", "blocker")];
+        let held = tokio::task::spawn_local(async move { enqueue(&mut late, &batch, false).await });
+        wait_for_a_lock_wait(&c).await;
+        enqueue(&mut c, &[event(&x, "x1"), event(&x, "x2"), event(&x, "x3")], false).await.unwrap();
+        let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let mut lease = store.acquire(p).await.unwrap().expect("free partition");
+        let none = keyorder::drain::ParkedKeys::NONE;
+        let mut seqs = std::collections::BTreeMap::new();
+        for id in ["x1", "x2", "x3"] {
+            let head = lease.fetch_head(&none).await.unwrap().expect("a head");
+            assert_eq!(head.event_id, id);
+            seqs.insert(head.event_id.clone(), head.seq);
+            lease.ack(head.seq).await.unwrap();
+        }
+        // The partition stays busy (x4), the batch commits behind the cursor, then k's next row.
+        enqueue(&mut c, &[event(&x, "x4")], false).await.unwrap();
+        hold.rollback().await.unwrap();
+        let report = held.await.unwrap().expect("the held batch commits");
+        assert_eq!(report.inserted, 2);
+        enqueue(&mut c, &[event("k", "k2")], false).await.unwrap();
+        let mut order = Vec::new();
+        while let Some(head) = lease.fetch_head(&none).await.unwrap() {
+            seqs.insert(head.event_id.clone(), head.seq);
+            order.push(head.event_id.clone());
+            lease.ack(head.seq).await.unwrap();
+        }
+        let at = |id: &str| order.iter().position(|e| e == id).expect(id);
+        assert!(seqs["k1"] < seqs["x1"], "k1 did not commit behind the cursor: {seqs:?}");
+        assert!(
+            at("k1") < at("k2"),
+            "k2 went before k1, which keyorder's enqueue committed behind the cursor: {order:?}"
+        );
+    });
+}
+
+/// Returns once some session waits for a lock (bounded: a test deadline in wall time).
+#[allow(clippy::disallowed_methods)]
+async fn wait_for_a_lock_wait(c: &tokio_postgres::Client) {
+    let start = Instant::now();
+    loop {
+        let waiting: i64 = c
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the held batch never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A head that failed comes back with its retry time as a wait. Read again once that time has
 /// passed, it must come back without one: a read-ahead that kept it served the same wait every
 /// time, and a partition in strict order waited for its head over and over (found by the

@@ -9,17 +9,36 @@ use crate::routing::{Overrides, PartitionCount, Router};
 use crate::store::admin::{no_layout, recorded_count, PinChange};
 use crate::store::StoreError;
 
-/// In a producing transaction: the layout in force (read `FOR SHARE`, so a switch or pin
-/// change waits for the transaction) and the router of it with the pins in force. Marks the
-/// transaction as routed by keyorder, so the insert trigger that routes plain SQL inserts
-/// leaves its rows alone.
+/// What a producing transaction needs before it inserts, read in one statement: the layout in
+/// force, the router of it with the pins in force, the transaction's id and the queue's seq
+/// sequence.
+pub(crate) struct Producing {
+    /// The layout epoch in force (read `FOR SHARE`: a switch or pin change waits for the
+    /// transaction).
+    pub epoch: i32,
+    /// Routes by that layout's count and the pins in force.
+    pub router: Router,
+    /// The transaction's id, taken by this read, so before any seq the transaction takes: the
+    /// value of `producer_xid` on every row it inserts (schema version 8).
+    pub xid: i64,
+    /// The oid of `delivery_queue`'s seq sequence, for `nextval` in the insert itself: the
+    /// column default (`keyorder_next_seq()`) would take the id again for every row.
+    pub seq_sequence: u32,
+}
+
+/// In a producing transaction: see [`Producing`]. Marks the transaction as routed by keyorder,
+/// so the insert trigger that routes plain SQL inserts leaves its rows alone. The id is taken
+/// here, before the transaction's first seq, which is the rule a head read's late-commit probe
+/// relies on (`store::session_drain`).
 pub(crate) async fn router_in(
     tx: &impl GenericClient,
     operation: &'static str,
-) -> Result<(i32, Router), StoreError> {
+) -> Result<Producing, StoreError> {
     let row = tx
         .query_opt(
-            "SELECT epoch, partitions, set_config('keyorder.routed', 'on', true)
+            "SELECT epoch, partitions, set_config('keyorder.routed', 'on', true),
+                    pg_current_xact_id()::text::bigint,
+                    pg_get_serial_sequence('delivery_queue', 'seq')::regclass::oid
              FROM keyorder_layout ORDER BY epoch DESC LIMIT 1 FOR SHARE",
             &[],
         )
@@ -35,7 +54,7 @@ pub(crate) async fn router_in(
     }
     let router = Router::with_overrides(count, pins)
         .map_err(|e| StoreError::Refused { operation, reason: e.to_string() })?;
-    Ok((epoch, router))
+    Ok(Producing { epoch, router, xid: row.get(3), seq_sequence: row.get(4) })
 }
 
 /// Records `count` as layout 0 when no layout is recorded; returns the layout in force.

@@ -32,9 +32,9 @@ pub async fn enqueue(
         payloads.push(e.payload.to_string());
     }
     let tx = client.transaction().await?;
-    let (epoch, router) = super::layout::router_in(&tx, "enqueue").await?;
+    let producing = super::layout::router_in(&tx, "enqueue").await?;
     // Partitions are below a validated count of at most 32767.
-    let partitions: Vec<i16> = keys.iter().map(|k| router.route(k).0 as i16).collect();
+    let partitions: Vec<i16> = keys.iter().map(|k| producing.router.route(k).0 as i16).collect();
     if serialise_keys {
         let mut distinct: Vec<&str> = keys.clone();
         distinct.sort_unstable();
@@ -47,11 +47,21 @@ pub async fn enqueue(
     }
     let rows = tx
         .query(
-            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload, layout)
-             SELECT p, k, e, pl::jsonb, $5 FROM unnest($1::int2[], $2::text[], $3::text[], $4::text[]) AS t(p, k, e, pl)
+            "INSERT INTO delivery_queue
+               (seq, producer_xid, partition, partition_key, event_id, payload, layout)
+             SELECT nextval($6::oid::regclass), $7, p, k, e, pl::jsonb, $5
+             FROM unnest($1::int2[], $2::text[], $3::text[], $4::text[]) AS t(p, k, e, pl)
              ON CONFLICT (event_id) DO NOTHING
              RETURNING event_id",
-            &[&partitions, &keys, &ids, &payloads, &epoch],
+            &[
+                &partitions,
+                &keys,
+                &ids,
+                &payloads,
+                &producing.epoch,
+                &producing.seq_sequence,
+                &producing.xid,
+            ],
         )
         .await?;
     tx.commit().await?;
@@ -245,7 +255,7 @@ pub async fn dead_letter_page(
 /// were enqueued after it: an ordering gap the caller must accept. `None` if no such row.
 pub async fn redrive(client: &mut Client, id: i64) -> Result<Option<i64>, StoreError> {
     let tx = client.transaction().await?;
-    let (epoch, router) = super::layout::router_in(&tx, "redrive").await?;
+    let producing = super::layout::router_in(&tx, "redrive").await?;
     let Some(row) = tx
         .query_opt("DELETE FROM delivery_dlq WHERE id = $1 RETURNING partition_key, event_id, payload::text", &[&id])
         .await?
@@ -253,12 +263,22 @@ pub async fn redrive(client: &mut Client, id: i64) -> Result<Option<i64>, StoreE
         return Ok(None);
     };
     let key: String = row.get(0);
-    let partition = router.route(&key).0 as i16;
+    let partition = producing.router.route(&key).0 as i16;
     let seq: i64 = tx
         .query_one(
-            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload, layout)
-             VALUES ($1, $2, $3, $4::text::jsonb, $5) RETURNING seq",
-            &[&partition, &key, &row.get::<_, String>(1), &row.get::<_, String>(2), &epoch],
+            "INSERT INTO delivery_queue
+               (seq, producer_xid, partition, partition_key, event_id, payload, layout)
+             VALUES (nextval($6::oid::regclass), $7, $1, $2, $3, $4::text::jsonb, $5)
+             RETURNING seq",
+            &[
+                &partition,
+                &key,
+                &row.get::<_, String>(1),
+                &row.get::<_, String>(2),
+                &producing.epoch,
+                &producing.seq_sequence,
+                &producing.xid,
+            ],
         )
         .await?
         .get(0);
