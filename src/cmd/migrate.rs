@@ -11,7 +11,7 @@ use keyorder::PartitionCount;
 
 use super::bad_input::BadInput;
 use super::layout::{inferred_hint, resolve_with, Resolved, DEFAULT_PARTITIONS};
-use super::runtime::{block_on, parse_count, Database};
+use super::runtime::{block_on, parse_count, Database, LockWaitArgs};
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
@@ -22,11 +22,13 @@ pub struct MigrateArgs {
     /// count fits). When one is recorded, this must agree with it.
     #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     partitions: Option<PartitionCount>,
+    #[command(flatten)]
+    locks: LockWaitArgs,
 }
 
 pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     block_on(async {
-        let mut admin = args.db.admin(OpenMode::Migrate).await?;
+        let mut admin = args.locks.admin(&args.db, OpenMode::Migrate).await?;
         let applied = admin.migrate().await.context("migrating")?;
         let version = admin.schema_version();
         if applied.is_empty() {

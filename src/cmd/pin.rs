@@ -10,7 +10,7 @@ use keyorder::store::StoreError;
 use keyorder::PartitionId;
 
 use super::bad_input::BadInput;
-use super::runtime::{block_on, Database};
+use super::runtime::{block_on, Database, LockWaitArgs};
 
 #[derive(Debug, Args)]
 pub struct PinArgs {
@@ -20,6 +20,8 @@ pub struct PinArgs {
     key: String,
     /// The partition to route it to (below the recorded count).
     partition: u16,
+    #[command(flatten)]
+    locks: LockWaitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -28,6 +30,8 @@ pub struct UnpinArgs {
     db: Database,
     /// The key to route by its hash again.
     key: String,
+    #[command(flatten)]
+    locks: LockWaitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -40,19 +44,24 @@ pub struct PinsArgs {
 }
 
 pub fn pin(args: PinArgs) -> anyhow::Result<()> {
-    change(&args.db, &args.key, Some(PartitionId(args.partition)))
+    change(&args.db, &args.locks, &args.key, Some(PartitionId(args.partition)))
 }
 
 pub fn unpin(args: UnpinArgs) -> anyhow::Result<()> {
-    change(&args.db, &args.key, None)
+    change(&args.db, &args.locks, &args.key, None)
 }
 
-fn change(db: &Database, key: &str, partition: Option<PartitionId>) -> anyhow::Result<()> {
+fn change(
+    db: &Database,
+    locks: &LockWaitArgs,
+    key: &str,
+    partition: Option<PartitionId>,
+) -> anyhow::Result<()> {
     if key.is_empty() {
         return Err(BadInput("the key is empty: name the subscription id to pin".into()).into());
     }
     block_on(async {
-        let mut admin = db.admin(OpenMode::Existing).await?;
+        let mut admin = locks.admin(db, OpenMode::Existing).await?;
         let done = admin.change_pin(key, partition).await.map_err(|e| match e {
             StoreError::Refused { reason, .. } => anyhow::Error::new(BadInput(reason)),
             other => anyhow::Error::new(other).context("changing the pin"),

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use keyorder::store::admin::Admin;
+use keyorder::store::lock_wait::LockWait;
 use keyorder::store::open::{AdminConn, Location, OpenError, OpenMode};
 use keyorder::PartitionCount;
 
@@ -70,6 +72,31 @@ impl Database {
     /// at the current schema version).
     pub async fn admin(&self, mode: OpenMode) -> anyhow::Result<AdminConn> {
         self.location()?.open_admin(mode).await.map_err(open_error)
+    }
+}
+
+/// How long an operation that locks what producers and workers need (migrate, switch, pin)
+/// may wait for those locks in all (PostgreSQL).
+#[derive(Debug, Args)]
+pub struct LockWaitArgs {
+    /// Seconds to keep trying for locks that other sessions hold (PostgreSQL). Each try waits
+    /// at most 1 s, so producers and workers never queue behind this command longer than that,
+    /// and pauses 1 s between tries; each try that gave up is reported on stderr with the
+    /// sessions holding the locks. After the last, the command fails naming them.
+    #[arg(long, value_name = "SECONDS", default_value_t = LockWait::TOTAL.as_secs())]
+    pub lock_wait: u64,
+}
+
+impl LockWaitArgs {
+    /// The admin connection of `db`, its lock waits bounded as these flags say, each try that
+    /// gave up reported on stderr.
+    pub async fn admin(&self, db: &Database, mode: OpenMode) -> anyhow::Result<AdminConn> {
+        let mut admin = db.admin(mode).await?;
+        admin.bound_lock_waits(
+            LockWait::within(Duration::from_secs(self.lock_wait)),
+            Box::new(|notice| eprintln!("{notice}")),
+        );
+        Ok(admin)
     }
 }
 

@@ -4,10 +4,11 @@
 use clap::Args;
 use keyorder::store::admin::Admin;
 use keyorder::store::open::OpenMode;
+use keyorder::store::StoreError;
 use keyorder::PartitionCount;
 
 use super::bad_input::BadInput;
-use super::runtime::{block_on, parse_count, Database};
+use super::runtime::{block_on, parse_count, Database, LockWaitArgs};
 
 #[derive(Debug, Args)]
 pub struct SwitchArgs {
@@ -24,6 +25,8 @@ pub struct SwitchArgs {
     /// column from `keyorder_layout`): one that keeps routing with the old count splits keys.
     #[arg(long)]
     producers_follow: bool,
+    #[command(flatten)]
+    locks: LockWaitArgs,
 }
 
 pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
@@ -36,7 +39,7 @@ pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
         .into());
     }
     block_on(async {
-        let mut client = args.db.admin(OpenMode::Existing).await?;
+        let mut client = args.locks.admin(&args.db, OpenMode::Existing).await?;
         let from = super::layout::resolve_with(&mut client, args.from, false, "--from")
             .await?
             .layout()
@@ -47,10 +50,10 @@ pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
             ))
             .into());
         }
-        let layout = client
-            .switch_online(from, args.to)
-            .await
-            .map_err(|e| BadInput(format!("switch refused: {e}")))?;
+        let layout = client.switch_online(from, args.to).await.map_err(|e| match e {
+            StoreError::LockBusy { .. } => anyhow::Error::new(e).context("switch not done"),
+            other => BadInput(format!("switch refused: {other}")).into(),
+        })?;
         println!(
             "layout {} in force: producers route with {} partitions now; workers lease {} until the \
              rows of the old layout are gone; each moving key waits for its old partition (no write pause)",

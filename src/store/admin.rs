@@ -17,6 +17,7 @@ use crate::ids::PartitionId;
 use crate::key::Event;
 use crate::layout::{LayoutRecord, Placement, RoutingState};
 use crate::routing::PartitionCount;
+use crate::store::lock_wait::{LockWait, LockWaitReport};
 use crate::store::StoreError;
 
 /// What opening a database may do.
@@ -78,6 +79,14 @@ pub enum OpenError {
 pub trait Admin {
     /// The schema version this keyorder's store needs (what [`Admin::migrate`] brings it to).
     fn schema_version(&self) -> i32;
+
+    /// Bounds the waits of the operations that lock what producers and workers need too
+    /// (migrate, switch, pin): `wait` per operation, each try that gave up reported to
+    /// `report` (see [`crate::store::lock_wait`]). Until called, [`LockWait::default`] and no
+    /// report. A store whose waits are bounded otherwise ignores it (SQLite: its busy timeout).
+    fn bound_lock_waits(&mut self, wait: LockWait, report: LockWaitReport) {
+        let _ = (wait, report);
+    }
 
     /// Applies the migrations the database lacks, in order; returns the versions applied
     /// (empty when the schema was current). Idempotent.

@@ -27,6 +27,7 @@ pub mod ack_buffer;
 pub mod admin;
 pub mod any;
 pub mod head_cursor;
+pub mod lock_wait;
 pub mod open;
 pub mod postgres;
 pub mod read_ahead;
@@ -92,6 +93,25 @@ pub enum StoreError {
         epoch: Epoch,
         /// How long the lease had to last.
         needed: Duration,
+    },
+    /// An admin operation gave up waiting for locks that other sessions held (see
+    /// [`lock_wait`]); nothing of it was applied beyond what it reported before.
+    #[error(
+        "{operation} could not take its locks in {attempts} tries of {attempt:?} each, so as \
+         not to hold up producers and workers behind it: {}. End that transaction (or the \
+         session: SELECT pg_terminate_backend(pid)) and run it again, or wait longer \
+         (--lock-wait)",
+        lock_wait::holders_text(holders)
+    )]
+    LockBusy {
+        /// The operation.
+        operation: &'static str,
+        /// Tries made.
+        attempts: u32,
+        /// How long each try waited.
+        attempt: Duration,
+        /// The sessions that held the locks after the last try.
+        holders: Vec<lock_wait::LockHolder>,
     },
     /// The store refused the request, saying why.
     #[error("store refused {operation}: {reason}")]

@@ -17,6 +17,7 @@ use crate::store::admin::{
     Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, PartitionLag, PinChange, SplitKey,
 };
 use crate::store::any::AnyStore;
+use crate::store::lock_wait::{LockWait, LockWaitReport};
 use crate::store::postgres::admin::PgAdmin;
 use crate::store::postgres::{self, PgOptions, PgStore};
 use crate::store::sqlite::admin::SqliteAdmin;
@@ -230,6 +231,10 @@ macro_rules! delegate {
 impl Admin for AdminConn {
     fn schema_version(&self) -> i32 {
         delegate!(&self.0, a => a.schema_version())
+    }
+
+    fn bound_lock_waits(&mut self, wait: LockWait, report: LockWaitReport) {
+        delegate!(&mut self.0, a => a.bound_lock_waits(wait, report))
     }
 
     async fn migrate(&mut self) -> Result<Vec<i32>, StoreError> {

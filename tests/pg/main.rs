@@ -8,6 +8,7 @@ mod policy_case;
 mod util;
 
 mod address_policy;
+mod admin_locks;
 mod cli;
 mod compat;
 mod conformance_pg;

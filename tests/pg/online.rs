@@ -36,7 +36,9 @@ fn an_online_switch_keeps_per_key_order_without_a_write_pause() {
             }
             let (from, to) = (PartitionCount::new(16).unwrap(), PartitionCount::new(32).unwrap());
             let mut sc = client(&url).await;
-            queue::switch_online(&mut sc, from, to).await.expect("switch");
+            queue::switch_online(&mut sc, from, to, &Default::default(), &mut None)
+                .await
+                .expect("switch");
             // Producers keep writing: these route with 32 under layout 1.
             let later: Vec<_> = events(&keys, 40).into_iter().skip(16 * 20).collect();
             enqueue(&mut sc, &later).await;

@@ -12,6 +12,7 @@ use crate::store::admin::{
     Admin, DeadRow, Durability, EnqueueReport, KeyDepth, Layout, OpenError, OpenMode, PartitionLag,
     PinChange, SplitKey,
 };
+use crate::store::lock_wait::{LockWait, LockWaitReport};
 use crate::store::StoreError;
 
 use super::{layout, queue, schema, PgOptions, PgStore};
@@ -19,6 +20,8 @@ use super::{layout, queue, schema, PgOptions, PgStore};
 /// One PostgreSQL connection for the admin operations.
 pub struct PgAdmin {
     client: Client,
+    lock_wait: LockWait,
+    lock_report: Option<LockWaitReport>,
 }
 
 impl PgAdmin {
@@ -31,7 +34,7 @@ impl PgAdmin {
         if mode != OpenMode::Migrate {
             schema::require_current(&client).await.map_err(OpenError::Schema)?;
         }
-        Ok(Self { client })
+        Ok(Self { client, lock_wait: LockWait::default(), lock_report: None })
     }
 }
 
@@ -40,8 +43,19 @@ impl Admin for PgAdmin {
         schema::SCHEMA_VERSION
     }
 
+    fn bound_lock_waits(&mut self, wait: LockWait, report: LockWaitReport) {
+        self.lock_wait = wait;
+        self.lock_report = Some(report);
+    }
+
     async fn migrate(&mut self) -> Result<Vec<i32>, StoreError> {
-        schema::migrate(&mut self.client).await
+        schema::migrate_to(
+            &mut self.client,
+            schema::SCHEMA_VERSION,
+            &self.lock_wait,
+            &mut self.lock_report,
+        )
+        .await
     }
 
     async fn enqueue(
@@ -69,7 +83,8 @@ impl Admin for PgAdmin {
         key: &str,
         partition: Option<PartitionId>,
     ) -> Result<PinChange, StoreError> {
-        layout::change_pin(&mut self.client, key, partition).await
+        layout::change_pin(&mut self.client, key, partition, &self.lock_wait, &mut self.lock_report)
+            .await
     }
 
     async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError> {
@@ -108,7 +123,8 @@ impl Admin for PgAdmin {
         from: PartitionCount,
         to: PartitionCount,
     ) -> Result<Layout, StoreError> {
-        queue::switch_online(&mut self.client, from, to).await
+        queue::switch_online(&mut self.client, from, to, &self.lock_wait, &mut self.lock_report)
+            .await
     }
 
     async fn endpoints(&self) -> Result<Vec<EndpointRow>, StoreError> {

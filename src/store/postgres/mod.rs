@@ -37,6 +37,7 @@ pub mod admin;
 mod endpoints;
 mod error;
 pub mod layout;
+mod lock_wait;
 pub mod queue;
 pub mod schema;
 

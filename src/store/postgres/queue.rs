@@ -8,7 +8,14 @@ use crate::routing::PartitionCount;
 use crate::store::admin::{DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey};
 use crate::store::StoreError;
 
+use super::lock_wait::{retrying, Contended};
 use super::schema::KEY_NAMESPACE;
+use crate::store::lock_wait::{LockWait, LockWaitReport};
+
+/// What a switch or a pin change locks: `keyorder_layout` in `EXCLUSIVE` mode, which only
+/// plain reads do not conflict with (producers read it `FOR SHARE`).
+pub(crate) const LAYOUT_LOCK: Contended =
+    Contended { tables: &["keyorder_layout"], compatible: &["AccessShareLock"], advisory: None };
 
 /// Inserts `events` in one statement (one round trip), routed by the layout in force and the
 /// pins, both read in the insert's transaction (the layout `FOR SHARE`, so a concurrent switch
@@ -80,7 +87,23 @@ fn count_of(n: i16) -> Result<PartitionCount, StoreError> {
 /// with at once, while workers lease both layouts' partitions and hold each moving key's new
 /// rows until its old rows are delivered (see [`crate::repartition`]). Refused when the count in
 /// force is not `from`. Producers that do not go through [`enqueue`] must switch too.
+///
+/// The switch locks `keyorder_layout` against producers for a moment; its waits for that lock
+/// are bounded by `wait` (see [`crate::store::lock_wait`]), each try that gave up reported to
+/// `report`.
 pub async fn switch_online(
+    client: &mut Client,
+    from: PartitionCount,
+    to: PartitionCount,
+    wait: &LockWait,
+    report: &mut Option<LockWaitReport>,
+) -> Result<Layout, StoreError> {
+    retrying(client, wait, report, "switch", &LAYOUT_LOCK, |c| Box::pin(switch_once(c, from, to)))
+        .await
+}
+
+/// One try of [`switch_online`].
+async fn switch_once(
     client: &mut Client,
     from: PartitionCount,
     to: PartitionCount,

@@ -3,7 +3,10 @@
 
 use tokio_postgres::Client;
 
+use crate::store::lock_wait::{LockWait, LockWaitReport};
 use crate::store::StoreError;
+
+use super::lock_wait::{retrying, Contended};
 
 /// Advisory-lock namespace of partition leases: the reference's `LOCK_NAMESPACE`.
 pub const LEASE_NAMESPACE: i32 = 4711;
@@ -165,8 +168,41 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Applies every migration not applied yet, each in its own transaction, under an advisory
 /// lock so that two concurrent runs do not race. Returns the versions applied (empty when the
-/// schema was current).
+/// schema was current). Lock waits are bounded by [`LockWait::default`].
 pub async fn migrate(client: &mut Client) -> Result<Vec<i32>, StoreError> {
+    migrate_to(client, SCHEMA_VERSION, &LockWait::default(), &mut None).await
+}
+
+/// What a migration may lock: any keyorder table in any mode, and the migrations' advisory lock.
+const MIGRATION_LOCKS: Contended = Contended {
+    tables: &[
+        "delivery_queue",
+        "delivery_dlq",
+        "keyorder_layout",
+        "keyorder_pin",
+        "keyorder_handover",
+        "keyorder_endpoint",
+        "keyorder_migrations",
+    ],
+    compatible: &[],
+    advisory: Some(MIGRATE_NAMESPACE),
+};
+
+/// [`migrate`] up to version `target` (at most [`SCHEMA_VERSION`]), each migration's locks
+/// waited for in bounded tries (`wait`, see [`crate::store::lock_wait`]), each try that gave up
+/// reported to `report`. A migration that gives up leaves the versions before it applied.
+pub async fn migrate_to(
+    client: &mut Client,
+    target: i32,
+    wait: &LockWait,
+    report: &mut Option<LockWaitReport>,
+) -> Result<Vec<i32>, StoreError> {
+    if !(0..=SCHEMA_VERSION).contains(&target) {
+        return Err(StoreError::Refused {
+            operation: "migrate",
+            reason: format!("no schema version {target}: versions run from 1 to {SCHEMA_VERSION}"),
+        });
+    }
     client
         .batch_execute(
             "CREATE TABLE IF NOT EXISTS keyorder_migrations (
@@ -175,22 +211,33 @@ pub async fn migrate(client: &mut Client) -> Result<Vec<i32>, StoreError> {
         )
         .await?;
     let mut applied = Vec::new();
-    for (i, sql) in MIGRATIONS.iter().enumerate() {
+    for (i, sql) in MIGRATIONS.iter().enumerate().take(target as usize) {
         let version = i as i32 + 1;
-        let tx = client.transaction().await?;
-        tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&MIGRATE_NAMESPACE]).await?;
-        let done = tx
-            .query_opt("SELECT 1 FROM keyorder_migrations WHERE version = $1", &[&version])
-            .await?;
-        if done.is_none() {
-            tx.batch_execute(sql).await?;
-            tx.execute("INSERT INTO keyorder_migrations (version) VALUES ($1)", &[&version])
-                .await?;
+        let done = retrying(client, wait, report, "migrate", &MIGRATION_LOCKS, |c| {
+            Box::pin(apply(c, version, sql))
+        })
+        .await?;
+        if done {
             applied.push(version);
         }
-        tx.commit().await?;
     }
     Ok(applied)
+}
+
+/// Applies migration `version` unless it is recorded; whether it applied it.
+async fn apply(client: &mut Client, version: i32, sql: &str) -> Result<bool, StoreError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&MIGRATE_NAMESPACE]).await?;
+    let done =
+        tx.query_opt("SELECT 1 FROM keyorder_migrations WHERE version = $1", &[&version]).await?;
+    if done.is_some() {
+        tx.commit().await?;
+        return Ok(false);
+    }
+    tx.batch_execute(sql).await?;
+    tx.execute("INSERT INTO keyorder_migrations (version) VALUES ($1)", &[&version]).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// The newest applied version, or an error naming what to run when the schema is missing or
