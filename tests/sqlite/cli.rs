@@ -81,12 +81,12 @@ fn migrate_creates_then_reports_current() {
     let dir = TempDir::new("migrate");
     let first = keyorder(&dir.0, &["migrate", "--database", "sqlite:q.db"]);
     assert!(
-        text(&first).contains("applied migrations [1, 2, 3, 4, 5, 6, 7, 8]"),
+        text(&first).contains("applied migrations [1, 2, 3, 4, 5, 6, 7, 8, 9]"),
         "{}",
         text(&first)
     );
     let second = keyorder(&dir.0, &["migrate", "--database", "sqlite:q.db"]);
-    assert!(text(&second).contains("schema is current (version 8)"), "{}", text(&second));
+    assert!(text(&second).contains("schema is current (version 9)"), "{}", text(&second));
     let c = Connection::open(dir.path("q.db")).unwrap();
     let mode: String = c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");

@@ -146,7 +146,7 @@ fn the_fencing_check_fails_without_the_fence() {
         // Break the fence: make the row say the old holder still holds it.
         fx.conn()
             .execute(
-                "UPDATE keyorder_lease SET holder = ?1, epoch = ?2, expires_at = unixepoch('subsec') + 60",
+                "UPDATE keyorder_lease SET holder = ?1, epoch = ?2, expires_at = keyorder_clock() + 60, boot = keyorder_boot()",
                 rusqlite::params![holder, old.epoch().0 as i64],
             )
             .unwrap();

@@ -16,6 +16,7 @@ mod cli;
 mod durability;
 mod endpoints;
 mod fixture;
+mod lease_clock;
 mod metrics;
 mod routing;
 mod sigstop;

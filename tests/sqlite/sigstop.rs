@@ -3,6 +3,7 @@
 //! may send at most the one event per partition it had in flight, acknowledges nothing, and
 //! the checker finds no reorder, no concurrent delivery and no loss in what the endpoints saw.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,11 +14,17 @@ use rusqlite::Connection;
 use super::cli::TempDir;
 use super::endpoint::{Arrival, Endpoint};
 
-const DELIVERY_TIMEOUT_MS: &str = "300";
-const LEASE_EXPIRY_MS: &str = "900";
+pub(super) const DELIVERY_TIMEOUT_MS: &str = "300";
+pub(super) const LEASE_EXPIRY_MS: &str = "900";
 
-fn work(db: &str, endpoint: &str, name: &str) -> Child {
+pub(super) fn work(db: &str, endpoint: &str, name: &str) -> Child {
+    work_with(db, endpoint, name, &[])
+}
+
+/// [`work`] with extra environment variables.
+pub(super) fn work_with(db: &str, endpoint: &str, name: &str, env: &[(&str, &str)]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_keyorder"))
+        .envs(env.iter().copied())
         .args(["work", "--database", db, "--deliver", endpoint, "--name", name])
         .args(["--delivery-timeout-ms", DELIVERY_TIMEOUT_MS, "--lease-expiry-ms", LEASE_EXPIRY_MS])
         .args(["--idle-poll-ms", "20", "--backoff-base-ms", "20", "--backoff-cap-ms", "200"])
@@ -27,15 +34,15 @@ fn work(db: &str, endpoint: &str, name: &str) -> Child {
         .expect("keyorder work starts")
 }
 
-fn signal(child: &Child, sig: &str) {
+pub(super) fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill");
     assert!(ok.success(), "kill {sig}");
 }
 
 /// Lease rows held (unexpired) by the process with `pid`.
-fn held_by(c: &Connection, pid: u32) -> i64 {
+pub(super) fn held_by(c: &Connection, pid: u32) -> i64 {
     c.query_row(
-        "SELECT count(*) FROM keyorder_lease WHERE holder LIKE ?1 AND expires_at > unixepoch('subsec')",
+        "SELECT count(*) FROM keyorder_lease WHERE holder LIKE ?1 AND boot IS keyorder_boot() AND expires_at > keyorder_clock()",
         [format!("lease:{pid}:%")],
         |r| r.get(0),
     )
@@ -43,7 +50,7 @@ fn held_by(c: &Connection, pid: u32) -> i64 {
 }
 
 #[allow(clippy::disallowed_methods)] // test deadlines in wall time
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+pub(super) fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
         assert!(start.elapsed() < limit, "timed out after {limit:?} waiting: {what}");
@@ -51,7 +58,7 @@ fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn history(enqueued: &[Enqueued], arrivals: &[Arrival], c: &Connection) -> History {
+pub(super) fn history(enqueued: &[Enqueued], arrivals: &[Arrival], c: &Connection) -> History {
     let mut h = History { enqueued: enqueued.to_vec(), ..Default::default() };
     for a in arrivals {
         h.deliveries.push(Delivery {
@@ -85,20 +92,20 @@ fn history(enqueued: &[Enqueued], arrivals: &[Arrival], c: &Connection) -> Histo
     h
 }
 
-#[test]
-#[allow(clippy::disallowed_methods)] // the endpoints' clock is wall time
-fn a_stopped_worker_past_its_lease_expiry_delivers_at_most_its_in_flight_event() {
-    let dir = TempDir::new("sigstop");
-    let file = dir.path("q.db");
-    let db = format!("sqlite:{}", file.display());
+/// A new file at `file` with 16 partitions and `rounds` events for each of 16 keys, and what
+/// was enqueued, as the checker takes it.
+pub(super) fn filled_queue(
+    file: &Path,
+    rounds: usize,
+) -> (Connection, Vec<keyorder::key::Event>, Vec<Enqueued>) {
     let mut c = keyorder::store::sqlite::schema::open(
-        &file,
+        file,
         keyorder::store::sqlite::schema::OpenMode::Create,
     )
     .unwrap();
     let keys: Vec<String> = (0..16).map(|i| format!("sub_{i}")).collect();
     let mut events = Vec::new();
-    for round in 0..40 {
+    for round in 0..rounds {
         for k in &keys {
             events.push(keyorder::key::Event {
                 event_id: format!("{k}-{round}"),
@@ -132,6 +139,16 @@ fn a_stopped_worker_past_its_lease_expiry_delivers_at_most_its_in_flight_event()
         .map(Result::unwrap)
         .collect()
     };
+    (c, events, enqueued)
+}
+
+#[test]
+#[allow(clippy::disallowed_methods)] // the endpoints' clock is wall time
+fn a_stopped_worker_past_its_lease_expiry_delivers_at_most_its_in_flight_event() {
+    let dir = TempDir::new("sigstop");
+    let file = dir.path("q.db");
+    let db = format!("sqlite:{}", file.display());
+    let (c, events, enqueued) = filled_queue(&file, 40);
     // One endpoint per worker, on one clock: who delivered what is then known.
     let epoch = Instant::now();
     let (ea, eb) = (Endpoint::start(epoch), Endpoint::start(epoch));
@@ -194,7 +211,7 @@ fn a_stopped_worker_past_its_lease_expiry_delivers_at_most_its_in_flight_event()
     );
 }
 
-fn output(child: &mut Child) -> String {
+pub(super) fn output(child: &mut Child) -> String {
     let _ = child.wait();
     let mut err = String::new();
     if let Some(s) = child.stderr.as_mut() {

@@ -43,6 +43,7 @@ pub(crate) fn configure(conn: &Connection, busy_timeout: Duration) -> Result<(),
     // One connection serves all of a worker's partitions: let its cache hold the hot pages.
     conn.pragma_update(None, "cache_size", -65536)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    super::lease_clock::register(conn)?;
     Ok(())
 }
 

@@ -13,9 +13,10 @@
 //!   16th write of a worker's connection asks for a `RESTART` checkpoint after its commit, so
 //!   that the WAL is written from its start again instead of growing by gigabytes (see `wal`).
 //! * **Leases.** `keyorder_lease` has a row per partition: holder, epoch (incremented, across
-//!   all partitions, at each acquisition: the fencing token), expiry (Unix seconds computed
-//!   inside SQL, so Rust reads no wall clock) and how the last holder gave it up. A lease is
-//!   free when it has no holder or its expiry passed. The connection's thread renews the
+//!   all partitions, at each acquisition: the fencing token), expiry (seconds of the host's
+//!   monotonic clock, computed inside SQL by [`lease_clock`], with the boot they count from)
+//!   and how the last holder gave it up. A lease is free when it has no holder, its expiry
+//!   passed or it was written in another boot. The connection's thread renews the
 //!   store's leases every `lease_expiry / 3` on its own timer (one fenced transaction), so
 //!   renewal goes on during a long delivery.
 //! * **Fencing.** Every head read checks, in the same read transaction as the head query, that
@@ -55,9 +56,11 @@
 //!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
 //!   `keyorder work` processes on one file share the partitions fairly.
 //!
-//! Expiry is SQLite's wall clock (`unixepoch('subsec')`), the delivery timeout and the
-//! read-ahead rule tokio's monotonic clock: a wall clock stepped forward by more than the
-//! clock-skew bound between a head read and a delivery can end a lease while a delivery is out.
+//! Expiry is the host's monotonic clock ([`lease_clock`]), the clock tokio's `Instant` reads,
+//! by which the delivery timeout and the read-ahead rule are timed: no step of the wall clock
+//! moves either, and every process on the host reads the same one. (Before schema version 9
+//! expiry was the wall clock, and a step forward larger than the clock-skew bound could end a
+//! lease while a delivery was out.)
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,6 +87,7 @@ mod conn;
 mod endpoints;
 mod error;
 pub mod layout;
+pub mod lease_clock;
 pub mod queue;
 pub mod schema;
 mod wal;
@@ -159,10 +163,11 @@ impl SqliteOptions {
         self.lease_expiry / 3
     }
 
-    /// The bound on how far SQLite's clock (the wall clock, by which expiry is computed) may
-    /// move against the holder's (tokio's monotonic clock, by which a read-ahead head is judged)
-    /// between a head read and the deliveries it serves: a second, or a quarter of the slack
-    /// between the lease and a delivery when that is shorter, so that the rule leaves room.
+    /// The bound on how far the clock expiry is computed by may move against the holder's
+    /// (tokio's monotonic clock, by which a read-ahead head is judged) between a head read and
+    /// the deliveries it serves: a second, or a quarter of the slack between the lease and a
+    /// delivery when that is shorter. On Linux both are the host's monotonic clock
+    /// ([`lease_clock`]), so it is a margin kept, not a skew expected.
     pub fn clock_skew(&self) -> Duration {
         let slack = self.lease_expiry.saturating_sub(self.delivery_timeout) / 4;
         slack.min(Duration::from_secs(1))
@@ -226,9 +231,9 @@ fn registry(r: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
     r.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const MEMBER_UPSERT: &str =
-    "INSERT INTO keyorder_member (member, expires_at) VALUES (?1, unixepoch('subsec') + ?2)
-     ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at";
+const MEMBER_UPSERT: &str = "INSERT INTO keyorder_member (member, expires_at, boot)
+     VALUES (?1, keyorder_clock() + ?2, keyorder_boot())
+     ON CONFLICT (member) DO UPDATE SET expires_at = excluded.expires_at, boot = excluded.boot";
 
 /// Distinguishes the sessions of one process in holder and member names.
 static SESSION: AtomicU64 = AtomicU64::new(0);
@@ -369,7 +374,8 @@ fn take_lease(
         [p],
     )?;
     let (busy, clean): (bool, bool) = tx.query_row(
-        "SELECT holder IS NOT NULL AND expires_at > unixepoch('subsec'), holder IS NULL AND clean = 1
+        "SELECT holder IS NOT NULL AND boot IS keyorder_boot() AND expires_at > keyorder_clock(),
+                holder IS NULL AND clean = 1
          FROM keyorder_lease WHERE partition = ?1",
         [p],
         |r| Ok((r.get(0)?, r.get(1)?)),
@@ -382,7 +388,9 @@ fn take_lease(
     // Held from now on is unclean until the holder says otherwise at release: an expiry or a
     // crash leaves it so.
     tx.execute(
-        "UPDATE keyorder_lease SET holder = ?2, epoch = ?3, expires_at = unixepoch('subsec') + ?4, clean = 0
+        "UPDATE keyorder_lease
+         SET holder = ?2, epoch = ?3, expires_at = keyorder_clock() + ?4, boot = keyorder_boot(),
+             clean = 0
          WHERE partition = ?1",
         params![p, holder, epoch, expiry],
     )?;
@@ -396,7 +404,8 @@ impl MembershipSession for SqliteControl {
             .conn
             .call(|c| {
                 Ok(c.query_row(
-                    "SELECT count(*) FROM keyorder_member WHERE expires_at > unixepoch('subsec')",
+                    "SELECT count(*) FROM keyorder_member
+                     WHERE boot IS keyorder_boot() AND expires_at > keyorder_clock()",
                     [],
                     |r| r.get(0),
                 )?)
@@ -433,8 +442,9 @@ impl Fence {
     fn renew(&self, c: &Connection) -> Result<(), StoreError> {
         let n = c
             .prepare_cached(
-                "UPDATE keyorder_lease SET expires_at = unixepoch('subsec') + ?4
-                 WHERE partition = ?1 AND holder = ?2 AND epoch = ?3 AND expires_at > unixepoch('subsec')",
+                "UPDATE keyorder_lease SET expires_at = keyorder_clock() + ?4
+                 WHERE partition = ?1 AND holder = ?2 AND epoch = ?3
+                   AND boot IS keyorder_boot() AND expires_at > keyorder_clock()",
             )?
             .execute(params![self.p(), self.holder, self.epoch.0 as i64, self.expiry])?;
         if n == 1 {
@@ -609,8 +619,8 @@ pub struct SqliteLease {
 /// while rows of an older layout are queued at all (`min(layout)`, one seek of
 /// `delivery_queue_layout_idx`, once per statement): a condition the `EXISTS` implies, so the
 /// answer is unchanged.
-const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
-       l.expires_at - unixepoch('subsec'),
+const HEAD_SQL: &str = "SELECT l.expires_at > keyorder_clock() + ?5,
+       l.expires_at - keyorder_clock(),
        q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
        max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
        CASE WHEN q.layout > 0 AND q.layout > (SELECT min(layout) FROM delivery_queue)
@@ -621,12 +631,12 @@ const HEAD_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
      LEFT JOIN (SELECT * FROM delivery_queue WHERE partition = ?1 AND seq > ?2
                 ORDER BY seq LIMIT {limit}) q ON 1
      WHERE l.partition = ?1 AND l.holder = ?3 AND l.epoch = ?4
-       AND l.expires_at > unixepoch('subsec')
+       AND l.boot IS keyorder_boot() AND l.expires_at > keyorder_clock()
      ORDER BY q.seq";
 
 /// [`HEAD_SQL`] passing over the rows of the parked keys (`?6`, a JSON array of keys).
-const HEAD_SKIP_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
-       l.expires_at - unixepoch('subsec'),
+const HEAD_SKIP_SQL: &str = "SELECT l.expires_at > keyorder_clock() + ?5,
+       l.expires_at - keyorder_clock(),
        q.seq, q.event_id, q.partition_key, q.payload, q.attempts,
        max(coalesce(q.not_before, 0) - unixepoch('subsec'), 0), q.last_error,
        CASE WHEN q.layout > 0 AND q.layout > (SELECT min(layout) FROM delivery_queue)
@@ -638,7 +648,7 @@ const HEAD_SKIP_SQL: &str = "SELECT l.expires_at > unixepoch('subsec') + ?5,
                   AND partition_key NOT IN (SELECT value FROM json_each(?6))
                 ORDER BY seq LIMIT {limit}) q ON 1
      WHERE l.partition = ?1 AND l.holder = ?3 AND l.epoch = ?4
-       AND l.expires_at > unixepoch('subsec')
+       AND l.boot IS keyorder_boot() AND l.expires_at > keyorder_clock()
      ORDER BY q.seq";
 
 /// [`HEAD_SQL`] and [`HEAD_SKIP_SQL`] with their `LIMIT` written in.
@@ -911,7 +921,10 @@ pub struct LeaseRow {
 /// The lease row of `partition`, if it was ever leased.
 pub fn lease_row(c: &Connection, partition: PartitionId) -> Result<Option<LeaseRow>, StoreError> {
     Ok(c.query_row(
-        "SELECT holder, epoch, expires_at - unixepoch('subsec'), clean FROM keyorder_lease WHERE partition = ?1",
+        "SELECT holder, epoch,
+                CASE WHEN boot IS keyorder_boot() THEN expires_at - keyorder_clock() ELSE -1 END,
+                clean
+         FROM keyorder_lease WHERE partition = ?1",
         [i64::from(partition.0)],
         |r| {
             Ok(LeaseRow {

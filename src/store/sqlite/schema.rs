@@ -21,7 +21,7 @@ use super::conn::{configure, open_existing};
 use crate::store::StoreError;
 
 /// Each migration, in order. Version `i + 1` is `MIGRATIONS[i]`, the same numbering as
-/// PostgreSQL's. Never edit a shipped one.
+/// PostgreSQL's up to 8. Never edit a shipped one.
 const MIGRATIONS: &[&str] = &[
     // 1: the reference queue table.
     r#"
@@ -175,9 +175,23 @@ const MIGRATIONS: &[&str] = &[
     // SQLite serialises its writers, so its seq order is commit order already, and this
     // version only keeps the numbering equal.
     "-- seq order is commit order",
+    // 9 (SQLite's own; PostgreSQL's leases are session locks): leases and memberships expire by
+    // the host's monotonic clock, in the boot that wrote them (`lease_clock`), not by the wall
+    // clock, which a step moves. Rows written before are carried over with the time they had
+    // left. Applied only while no worker runs (`migrate_to` checks): a keyorder of before would
+    // compare these expiries with the wall clock.
+    r#"
+    ALTER TABLE keyorder_lease ADD COLUMN boot TEXT;
+    ALTER TABLE keyorder_member ADD COLUMN boot TEXT;
+    UPDATE keyorder_lease
+      SET expires_at = expires_at - unixepoch('subsec') + keyorder_clock(), boot = keyorder_boot();
+    UPDATE keyorder_member
+      SET expires_at = expires_at - unixepoch('subsec') + keyorder_clock(), boot = keyorder_boot();
+    "#,
 ];
 
-/// The schema version this build writes and expects (the same number as PostgreSQL's).
+/// The schema version this build writes and expects (PostgreSQL's numbering up to 8; 9 is
+/// SQLite's own).
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// How long a connection waits for another's write lock before failing.
@@ -325,6 +339,7 @@ fn migrate_to(conn: &mut Connection, last: i32) -> Result<Vec<i32>, StoreError> 
            version    INTEGER PRIMARY KEY,
            applied_at REAL NOT NULL DEFAULT (unixepoch('subsec')))",
     )?;
+    super::lease_clock::register(conn)?;
     let mut applied = Vec::new();
     for (i, sql) in MIGRATIONS.iter().enumerate().take(last.max(0) as usize) {
         let version = i as i32 + 1;
@@ -335,6 +350,9 @@ fn migrate_to(conn: &mut Connection, last: i32) -> Result<Vec<i32>, StoreError> 
             })
             .optional()?;
         if done.is_none() {
+            if version == MONOTONIC_LEASES {
+                refuse_while_workers_run(&tx)?;
+            }
             tx.execute_batch(sql)?;
             tx.execute("INSERT INTO keyorder_migrations (version) VALUES (?1)", [version])?;
             applied.push(version);
@@ -342,6 +360,34 @@ fn migrate_to(conn: &mut Connection, last: i32) -> Result<Vec<i32>, StoreError> 
         tx.commit()?;
     }
     Ok(applied)
+}
+
+/// The version from which leases expire by the monotonic clock.
+const MONOTONIC_LEASES: i32 = 9;
+
+/// Refuses the move to monotonic expiry while a worker's membership is live by the wall clock:
+/// that worker would go on comparing the new expiries with the wall clock, see every lease
+/// expired and take partitions their holders still deliver from.
+fn refuse_while_workers_run(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
+    let live: Vec<String> = tx
+        .prepare(
+            "SELECT member FROM keyorder_member WHERE expires_at > unixepoch('subsec') ORDER BY 1",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if live.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::Refused {
+        operation: "migrate",
+        reason: format!(
+            "schema version {MONOTONIC_LEASES} changes the clock leases expire by, and {} worker \
+             session(s) are running ({}): stop every `keyorder work` on this file, then migrate \
+             (a stopped worker's membership lapses within its lease expiry)",
+            live.len(),
+            live.join(", ")
+        ),
+    })
 }
 
 /// `Ok` when the schema is at [`SCHEMA_VERSION`]; otherwise an error naming what to run.
@@ -383,6 +429,40 @@ mod tests {
                  GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
             ),
         )
+    }
+
+    /// Version 9 moves expiry to the monotonic clock: refused while a worker's membership is
+    /// live by the wall clock (that worker would read the new expiries by the wall clock);
+    /// once none is, a held lease keeps the time it had left, now in this boot.
+    #[test]
+    fn migration_9_waits_for_workers_to_stop_and_carries_leases_over() {
+        let mut c = Connection::open_in_memory().unwrap();
+        assert_eq!(migrate_to(&mut c, 8).unwrap(), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        c.execute_batch(
+            "INSERT INTO keyorder_member (member, expires_at)
+               VALUES ('member:4242:0', unixepoch('subsec') + 30);
+             INSERT INTO keyorder_lease (partition, holder, epoch, expires_at, clean)
+               VALUES (0, 'lease:4242:1', 1, unixepoch('subsec') + 20, 0);",
+        )
+        .unwrap();
+        let refused = migrate_to(&mut c, 9).unwrap_err().to_string();
+        assert!(refused.contains("member:4242:0") && refused.contains("stop every"), "{refused}");
+        let version: i32 =
+            c.query_row("SELECT max(version) FROM keyorder_migrations", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 8);
+
+        c.execute("UPDATE keyorder_member SET expires_at = unixepoch('subsec') - 1", []).unwrap();
+        assert_eq!(migrate_to(&mut c, 9).unwrap(), vec![9]);
+        let (left, this_boot): (f64, bool) = c
+            .query_row(
+                "SELECT expires_at - keyorder_clock(), boot IS keyorder_boot()
+                 FROM keyorder_lease WHERE partition = 0",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert!((19.0..=20.5).contains(&left), "{left}");
+        assert!(this_boot);
     }
 
     /// A file of version 6 with rows queued, some in a newer layout and pinned elsewhere, is
