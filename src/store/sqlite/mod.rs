@@ -88,6 +88,7 @@ mod endpoints;
 mod error;
 pub mod layout;
 pub mod lease_clock;
+pub mod local_fs;
 pub mod queue;
 pub mod schema;
 mod wal;

@@ -8,8 +8,9 @@
 //! inside SQL and Rust never reads the wall clock.
 //!
 //! Opening checks what a user can get wrong before anything is written: a missing folder, a
-//! read-only file, a file that is not SQLite, a SQLite file of another application or of
-//! another schema version. Each is a [`StoreError::Refused`] that names the file; the file is
+//! folder on a file system shared between hosts ([`super::local_fs`]), a read-only file, a
+//! file that is not SQLite, a SQLite file of another application or of another schema
+//! version. Each is a [`StoreError::Refused`] that names the file; the file is
 //! left untouched.
 
 use std::path::Path;
@@ -220,6 +221,14 @@ fn inspect(path: &Path) -> Result<Found, StoreError> {
                 dir.display()
             )));
         }
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if let Some(fs) = super::local_fs::shared_file_system_of(dir) {
+        return Err(refused(format!(
+            "{shown} is on a {fs} file system, shared between hosts: SQLite's locking does not \
+             hold there, and keyorder's leases expire by this host's clock. Put the database on \
+             a local disk, or use PostgreSQL for workers on several hosts"
+        )));
     }
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
