@@ -60,14 +60,15 @@ pub fn boot() -> &'static str {
 }
 
 /// Registers `keyorder_clock()` ([`now`]) and `keyorder_boot()` ([`boot`]) on `conn`.
+///
+/// Both are flagged deterministic, which SQLite takes to mean "the same within one statement"
+/// and evaluates once per execution of a statement, as its own `unixepoch('subsec')` is: every
+/// comparison in one statement sees the same now, and a head read of 64 rows reads the clock
+/// once, not three times a row.
 pub(crate) fn register(conn: &Connection) -> Result<(), StoreError> {
-    conn.create_scalar_function("keyorder_clock", 0, FunctionFlags::SQLITE_UTF8, |_| Ok(now()))?;
-    conn.create_scalar_function(
-        "keyorder_boot",
-        0,
-        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-        |_| Ok(boot()),
-    )?;
+    let once_a_statement = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    conn.create_scalar_function("keyorder_clock", 0, once_a_statement, |_| Ok(now()))?;
+    conn.create_scalar_function("keyorder_boot", 0, once_a_statement, |_| Ok(boot()))?;
     Ok(())
 }
 
@@ -89,6 +90,31 @@ mod tests {
         assert!(before <= sql && sql <= after, "{before} {sql} {after}");
         assert_eq!(boot_id, boot());
         assert!(!boot_id.is_empty());
+    }
+
+    /// Read once per execution of a statement (one now for every row), and again at the next
+    /// execution of the same prepared statement.
+    #[test]
+    fn the_clock_is_read_once_a_statement_and_anew_each_time_it_runs() {
+        let c = Connection::open_in_memory().unwrap();
+        register(&c).unwrap();
+        let mut st = c
+            .prepare(
+                "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 20000)
+                 SELECT count(DISTINCT keyorder_clock() + i * 0), max(keyorder_clock()) FROM r",
+            )
+            .unwrap();
+        let read = |st: &mut rusqlite::Statement<'_>| -> (i64, f64) {
+            st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap()
+        };
+        let (distinct, first) = read(&mut st);
+        assert_eq!(distinct, 1, "the clock was read more than once in one statement");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let (_, second) = read(&mut st);
+        assert!(
+            second >= first + 0.004,
+            "the prepared statement kept its first now: {first} {second}"
+        );
     }
 
     #[cfg(target_os = "linux")]
