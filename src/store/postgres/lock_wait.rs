@@ -46,7 +46,10 @@ pub(crate) async fn retrying<T>(
         tried += 1;
         match attempt(client).await {
             Err(e) if gave_up_on_a_lock(&e) => {
-                let holders = holders(client, contended).await?;
+                let holders = match holders(client, contended).await {
+                    Ok(h) => h,
+                    Err(e) => break Err(e),
+                };
                 if tried >= attempts {
                     break Err(StoreError::LockBusy {
                         operation,
@@ -68,8 +71,11 @@ pub(crate) async fn retrying<T>(
             other => break other,
         }
     };
-    client.batch_execute("RESET lock_timeout").await?;
-    outcome
+    // Reset whatever the outcome; an outcome's error says more than a failed reset's.
+    let reset = client.batch_execute("RESET lock_timeout").await;
+    let value = outcome?;
+    reset?;
+    Ok(value)
 }
 
 /// Whether `e` is PostgreSQL's `lock_not_available` (a `lock_timeout` ran out).
