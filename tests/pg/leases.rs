@@ -453,6 +453,78 @@ fn an_enqueue_held_open_behind_the_cursor_goes_before_its_keys_next_row() {
     });
 }
 
+/// The head read stays a lookup of its own partition's rows whatever the statistics and the
+/// visibility map say. Analysed queues filled by one transaction (every row the same
+/// `producer_xid`), by 40 batches, and a fresh one (nothing vacuumed) in which the partition
+/// read is empty while 15 others hold 200,000 rows; the statement's generic plan (what a
+/// prepared statement runs after its first executions) with two watched ids, for both head
+/// reads: neither a sequential scan of `delivery_queue` nor a walk of its primary key. Before
+/// schema version 9 the probe planned the scan (a join on the `(partition, producer_xid)`
+/// index) and the rows the walk (`partition = $1 AND seq > $2 ORDER BY seq`): 53 ms for a read
+/// of the empty partition against 0.06 ms now.
+#[test]
+fn the_head_read_never_plans_a_walk_of_the_queue() {
+    let Some(pg) = PgServer::start("the_head_read_never_plans_a_walk") else { return };
+    let url = pg.create_db("probe_plan");
+    block_on(async {
+        let c = migrated(&url).await;
+        let fill = |batches: usize, rows: usize, partitions: &str| {
+            (0..batches)
+                .map(|b| {
+                    format!(
+                        "BEGIN; SET LOCAL keyorder.routed = 'on';
+                         INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+                         SELECT {partitions}, 'k' || (g % 1000), 'e{b}-' || g, '{{}}'
+                         FROM generate_series(1, {}) g;
+                         COMMIT;",
+                        rows / batches
+                    )
+                })
+                .collect::<String>()
+        };
+        let shapes = [
+            ("one transaction", fill(1, 100_000, "g % 16") + "ANALYZE delivery_queue;"),
+            ("40 batches", fill(40, 100_000, "g % 16") + "ANALYZE delivery_queue;"),
+            ("partition 3 empty", fill(1, 200_000, "(g % 15) + 4") + "ANALYZE delivery_queue;"),
+        ];
+        for (shape, sql) in shapes {
+            c.batch_execute("TRUNCATE delivery_queue").await.unwrap();
+            c.batch_execute(&sql).await.unwrap();
+            let xid: i64 = c
+                .query_one("SELECT producer_xid FROM delivery_queue LIMIT 1", &[])
+                .await
+                .unwrap()
+                .get(0);
+            for skip in [false, true] {
+                let sql = keyorder::store::postgres::head_read_statement(skip);
+                c.batch_execute(&format!(
+                    "SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; PREPARE head AS {sql}"
+                ))
+                .await
+                .unwrap();
+                let args = if skip { ", ARRAY['k1']::text[]" } else { "" };
+                let plan: Vec<String> = c
+                    .query(
+                        &format!("EXPLAIN EXECUTE head(3, 0, 64, ARRAY[{xid}, 42]::int8[]{args})"),
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                let plan = plan.join("\n");
+                for walk in ["Seq Scan on delivery_queue", "delivery_queue_pkey"] {
+                    assert!(
+                        !plan.contains(walk),
+                        "{shape}, skip {skip}: the head read plans {walk}:\n{plan}"
+                    );
+                }
+            }
+        }
+    });
+}
+
 /// Returns once some session waits for a lock (bounded: a test deadline in wall time).
 #[allow(clippy::disallowed_methods)]
 async fn wait_for_a_lock_wait(c: &tokio_postgres::Client) {

@@ -161,6 +161,20 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX IF NOT EXISTS delivery_queue_producer_idx
       ON delivery_queue (partition, producer_xid);
     "#,
+    // 9: the head read's late-commit probe looks each watched transaction up by partition, id
+    // and seq range in one index, and the planner is told that an id names few rows
+    // (`n_distinct`, a fraction of the rows), which is true of a busy queue and keeps it on
+    // that lookup: with version 8's index and a queue filled by few transactions it planned a
+    // sequential scan of the queue on every read (`postgres::head_read_statement`). Building
+    // the index holds off writes to the queue while it runs, as version 8's did. (SQLite's 9
+    // is its lease clock.)
+    r#"
+    CREATE INDEX IF NOT EXISTS delivery_queue_producer_seq_idx
+      ON delivery_queue (partition, producer_xid, seq);
+    DROP INDEX IF EXISTS delivery_queue_producer_idx;
+    ALTER TABLE delivery_queue ALTER COLUMN producer_xid SET (n_distinct = -0.5);
+    ANALYZE delivery_queue;
+    "#,
 ];
 
 /// The schema version this build writes and expects.
