@@ -41,11 +41,6 @@ impl LockWait {
         let attempts = (total.as_millis() / per_try.as_millis()).clamp(1, u128::from(u32::MAX));
         Self { attempt: Self::ATTEMPT, pause: Self::PAUSE, attempts: attempts as u32 }
     }
-
-    /// The longest the operation waits in all, pauses included.
-    pub fn total(&self) -> Duration {
-        (self.attempt + self.pause) * self.attempts.saturating_sub(1) + self.attempt
-    }
 }
 
 impl Default for LockWait {
@@ -144,9 +139,7 @@ mod tests {
     fn within_splits_the_total_into_tries_and_never_below_one() {
         let w = LockWait::within(Duration::from_secs(60));
         assert_eq!(w.attempts, 30);
-        assert_eq!(w.total(), Duration::from_secs(59));
         assert_eq!(LockWait::within(Duration::ZERO).attempts, 1);
-        assert_eq!(LockWait::within(Duration::ZERO).total(), LockWait::ATTEMPT);
         assert_eq!(LockWait::within(Duration::from_secs(5)).attempts, 2);
     }
 

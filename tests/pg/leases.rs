@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use keyorder::store::postgres::{PgOptions, PgStore};
-use keyorder::store::{Handover, LeaseSession, Store};
+use keyorder::store::{Handover, LeaseSession, Store, StoredHead};
 use keyorder::worker::{Observer, WorkerEvent};
 use keyorder::PartitionId;
 
@@ -361,22 +361,14 @@ fn a_row_committed_behind_the_cursor_goes_before_its_keys_next_row() {
         assert!(recorded, "rows without producer_xid");
         let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
         let mut lease = store.acquire(PartitionId(0)).await.unwrap().expect("free partition");
-        let none = keyorder::drain::ParkedKeys::NONE;
-        for id in ["x1", "x2", "x3"] {
-            let head = lease.fetch_head(&none).await.unwrap().expect("a head");
-            assert_eq!(head.event_id, id);
-            lease.ack(head.seq).await.unwrap();
-        }
+        assert_eq!(ids(&deliver(&mut lease, Some(3)).await), ["x1", "x2", "x3"]);
         // The partition stays busy (x4), k1 commits behind the cursor, then k's next row.
         c.query_one(insert, &[&"x", &"x4"]).await.unwrap();
         tx.commit().await.unwrap();
         c.query_one(insert, &[&"k", &"k2"]).await.unwrap();
-        let mut order = Vec::new();
-        while let Some(head) = lease.fetch_head(&none).await.unwrap() {
-            order.push(head.event_id.clone());
-            lease.ack(head.seq).await.unwrap();
-        }
-        let at = |id: &str| order.iter().position(|e| e == id).expect(id);
+        let rest = deliver(&mut lease, None).await;
+        let order = ids(&rest);
+        let at = |id: &str| order.iter().position(|e| *e == id).expect(id);
         assert!(
             at("k1") < at("k2"),
             "k2 went before k1, which committed behind the cursor: {order:?}"
@@ -424,27 +416,19 @@ fn an_enqueue_held_open_behind_the_cursor_goes_before_its_keys_next_row() {
         enqueue(&mut c, &[event(&x, "x1"), event(&x, "x2"), event(&x, "x3")], false).await.unwrap();
         let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
         let mut lease = store.acquire(p).await.unwrap().expect("free partition");
-        let none = keyorder::drain::ParkedKeys::NONE;
-        let mut seqs = std::collections::BTreeMap::new();
-        for id in ["x1", "x2", "x3"] {
-            let head = lease.fetch_head(&none).await.unwrap().expect("a head");
-            assert_eq!(head.event_id, id);
-            seqs.insert(head.event_id.clone(), head.seq);
-            lease.ack(head.seq).await.unwrap();
-        }
+        let first = deliver(&mut lease, Some(3)).await;
+        assert_eq!(ids(&first), ["x1", "x2", "x3"]);
         // The partition stays busy (x4), the batch commits behind the cursor, then k's next row.
         enqueue(&mut c, &[event(&x, "x4")], false).await.unwrap();
         hold.rollback().await.unwrap();
         let report = held.await.unwrap().expect("the held batch commits");
         assert_eq!(report.inserted, 2);
         enqueue(&mut c, &[event("k", "k2")], false).await.unwrap();
-        let mut order = Vec::new();
-        while let Some(head) = lease.fetch_head(&none).await.unwrap() {
-            seqs.insert(head.event_id.clone(), head.seq);
-            order.push(head.event_id.clone());
-            lease.ack(head.seq).await.unwrap();
-        }
-        let at = |id: &str| order.iter().position(|e| e == id).expect(id);
+        let rest = deliver(&mut lease, None).await;
+        let order = ids(&rest);
+        let seqs: std::collections::BTreeMap<_, _> =
+            first.iter().chain(&rest).map(|h| (h.event_id.as_str(), h.seq)).collect();
+        let at = |id: &str| order.iter().position(|e| *e == id).expect(id);
         assert!(seqs["k1"] < seqs["x1"], "k1 did not commit behind the cursor: {seqs:?}");
         assert!(
             at("k1") < at("k2"),
@@ -523,6 +507,24 @@ fn the_head_read_never_plans_a_walk_of_the_queue() {
             }
         }
     });
+}
+
+/// Fetches and acknowledges the heads of `lease` in order: `n` of them, or (`None`) until none
+/// is left.
+async fn deliver(lease: &mut impl LeaseSession, n: Option<usize>) -> Vec<StoredHead> {
+    let none = keyorder::drain::ParkedKeys::NONE;
+    let mut out = Vec::new();
+    while n.is_none_or(|n| out.len() < n) {
+        let Some(head) = lease.fetch_head(&none).await.unwrap() else { break };
+        lease.ack(head.seq).await.unwrap();
+        out.push(head);
+    }
+    out
+}
+
+/// The event ids of `heads`, in order.
+fn ids(heads: &[StoredHead]) -> Vec<&str> {
+    heads.iter().map(|h| h.event_id.as_str()).collect()
 }
 
 /// Returns once some session waits for a lock (bounded: a test deadline in wall time).

@@ -10,9 +10,10 @@ use keyorder::store::Store;
 use keyorder::PartitionId;
 
 use super::conformance::Fixture;
-use super::endpoint::Endpoint;
 use super::fixture::SqliteFixture;
-use super::sigstop::{filled_queue, held_by, history, output, signal, wait_until, work, work_with};
+use super::sigstop::{
+    filled_queue, held_by, history, output, signal, two_endpoints, wait_until, work, work_with,
+};
 
 /// Where Debian's `faketime` package puts the library; `None` when it is not installed.
 fn libfaketime() -> Option<&'static str> {
@@ -48,10 +49,7 @@ fn a_worker_whose_wall_clock_is_a_minute_ahead_takes_no_lease_still_held() {
     let db = format!("sqlite:{}", file.display());
     let (c, events, enqueued) = filled_queue(&file, 40);
     let epoch = Instant::now();
-    let (ea, eb) = (Endpoint::start(epoch), Endpoint::start(epoch));
-    for e in [&ea, &eb] {
-        e.shared.lock().unwrap().latency = Duration::from_millis(20);
-    }
+    let (ea, eb) = two_endpoints(epoch, Duration::from_millis(20));
     let mut a = work(&db, &ea.url, "a");
     wait_until("a holds every partition and delivers", Duration::from_secs(20), || {
         held_by(&c, a.id()) == 16 && ea.arrivals().len() >= 20
@@ -101,13 +99,7 @@ fn a_lease_written_in_another_boot_is_free() {
     drop(taken);
 
     c.execute(
-        "UPDATE keyorder_lease SET holder = 'ghost', epoch = epoch + 1,
-           expires_at = keyorder_clock() + 3600, boot = keyorder_boot() WHERE partition = 1",
-        [],
-    )
-    .unwrap();
-    c.execute(
-        "INSERT OR IGNORE INTO keyorder_lease (partition, holder, epoch, expires_at, boot)
+        "INSERT INTO keyorder_lease (partition, holder, epoch, expires_at, boot)
          VALUES (1, 'ghost', 9, keyorder_clock() + 3600, keyorder_boot())",
         [],
     )

@@ -54,6 +54,15 @@ pub(super) fn stop_outside_a_write(child: &Child, file: &Path) -> usize {
     panic!("every one of 50 stops landed inside a write transaction");
 }
 
+/// One endpoint per worker, on one clock (`epoch`), each answering after `latency`.
+pub(super) fn two_endpoints(epoch: Instant, latency: Duration) -> (Endpoint, Endpoint) {
+    let (a, b) = (Endpoint::start(epoch), Endpoint::start(epoch));
+    for e in [&a, &b] {
+        e.shared.lock().unwrap().latency = latency;
+    }
+    (a, b)
+}
+
 pub(super) fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill");
     assert!(ok.success(), "kill {sig}");
@@ -171,10 +180,7 @@ fn a_stopped_worker_past_its_lease_expiry_delivers_at_most_its_in_flight_event()
     let (c, events, enqueued) = filled_queue(&file, 40);
     // One endpoint per worker, on one clock: who delivered what is then known.
     let epoch = Instant::now();
-    let (ea, eb) = (Endpoint::start(epoch), Endpoint::start(epoch));
-    for e in [&ea, &eb] {
-        e.shared.lock().unwrap().latency = Duration::from_millis(10);
-    }
+    let (ea, eb) = two_endpoints(epoch, Duration::from_millis(10));
     let mut a = work(&db, &ea.url, "a");
     wait_until("a delivers", Duration::from_secs(20), || ea.arrivals().len() >= 20);
     let mut b = work(&db, &eb.url, "b");

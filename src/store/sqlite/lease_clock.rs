@@ -42,7 +42,10 @@ pub fn now() -> f64 {
 }
 
 /// The id of the boot [`now`] counts from (Linux: `/proc/sys/kernel/random/boot_id`); `wall`
-/// where the clock is the wall clock, which no boot restarts. Read once per process.
+/// where the clock is the wall clock, which no boot restarts. Read once per process. Where
+/// `/proc` cannot be read it is `unknown` for every process, so rows of an earlier boot are not
+/// told apart: they then look held until this boot's clock passes their expiry (a stall,
+/// never two holders).
 pub fn boot() -> &'static str {
     static BOOT: OnceLock<String> = OnceLock::new();
     BOOT.get_or_init(|| {
