@@ -160,7 +160,7 @@ impl FaultRunner {
     /// Applies everything due at `now`, and advances a switch in progress. A modulus change
     /// due while another is in progress waits for it; nothing else waits (a repair scheduled
     /// behind a waiting change must still happen, or the drain it waits for never ends).
-    pub fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, world: &World) {
+    pub fn apply(&mut self, sim: &mut crate::simulator::Sim, now: Duration, world: &World) {
         self.advance_switch(now, world);
         self.advance_migration(now, world);
         let mut deferred = VecDeque::new();
@@ -179,7 +179,7 @@ impl FaultRunner {
         }
     }
 
-    fn run(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, step: Step, world: &World) {
+    fn run(&mut self, sim: &mut crate::simulator::Sim, now: Duration, step: Step, world: &World) {
         let t = keyorder::Time(now);
         let mut rec = world.rec.borrow_mut();
         match step {
@@ -189,7 +189,7 @@ impl FaultRunner {
                 drop(rec);
                 // A crash ends a stop too: the restarted process runs.
                 world.control.borrow_mut().stopped.remove(&host);
-                sim.crash(host.as_str());
+                sim.crash(&host);
             }
             Step::Stop(host, length) => {
                 rec.log(t, "driver", format_args!("stop {host} (process paused)"));
@@ -227,16 +227,16 @@ impl FaultRunner {
             Step::Bounce(host) => {
                 rec.log(t, "driver", format_args!("restart {host}"));
                 drop(rec);
-                sim.bounce(host.as_str());
+                sim.bounce(&host);
             }
             Step::Cut(host) => {
                 rec.log(t, "driver", format_args!("partition {host} from store"));
                 rec.fault("lease_loss");
-                sim.partition(host.as_str(), "store");
+                sim.partition(&host, "store");
             }
             Step::Repair(host) => {
                 rec.log(t, "driver", format_args!("repair {host} to store"));
-                sim.repair(host.as_str(), "store");
+                sim.repair(&host, "store");
             }
             Step::Repartition(to) if world.flip_without_drain => {
                 let from = world.control.borrow().count.get();

@@ -1,8 +1,8 @@
 //! keyorder-sim: deterministic simulation of keyorder's delivery design.
 //!
-//! A run is a pure function of (scenario, seed): turmoil hosts (a store with PostgreSQL's
-//! lease and visibility semantics, the production worker loop, endpoints, producers), faults
-//! applied between `sim.step()` calls, and the checker's verdict on the recorded history. No
+//! A run is a pure function of (scenario, seed): simulated hosts on one executor (a store with
+//! PostgreSQL's lease and visibility semantics, the production worker loop, endpoints,
+//! producers; [`simulator`]), faults applied by the driver between runs of the hosts, and the checker's verdict on the recorded history. No
 //! wall clock, thread or hash-map order reaches the run; the trace hash proves it.
 #![forbid(unsafe_code)]
 
@@ -16,10 +16,11 @@ pub mod regression;
 pub mod run;
 pub mod scenario;
 pub mod shrink;
+pub mod simulator;
 pub mod sweep;
 pub mod trace;
 pub(crate) mod wire;
 
 pub use breaks::Break;
-pub use run::{run, run_with, RunError, RunOutcome, Stepping};
+pub use run::{run, RunError, RunOutcome};
 pub use scenario::{Scenario, Size};

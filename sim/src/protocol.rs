@@ -1,14 +1,13 @@
-//! The wire protocol between simulated hosts: length-prefixed messages over turmoil TCP
-//! (the encoding is in [`crate::wire`]).
+//! The wire protocol between simulated hosts: one encoded message per network message over
+//! the simulator's connections (the encoding is in [`crate::wire`]).
 
 use std::time::Duration;
 
 use keyorder::drain::ParkedKeys;
 use keyorder::store::StoreError;
 use keyorder::{Epoch, PartitionId, Seq};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use turmoil::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use turmoil::net::TcpStream;
+
+use crate::simulator::net::{self, Stream};
 
 use crate::wire::Wire;
 
@@ -186,61 +185,59 @@ pub struct DeliveryResponse {
     pub retry_after_ms: Option<u64>,
 }
 
-/// One connection carrying length-prefixed [`Wire`] messages.
+/// One connection carrying encoded [`Wire`] messages, one per network message.
 pub struct Conn {
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
-    /// The frame being written or read, kept to reuse its allocation.
-    frame: Vec<u8>,
+    stream: Stream,
 }
 
 impl Conn {
     /// Wraps a connected stream.
-    pub fn new(stream: TcpStream) -> Self {
-        let (r, w) = stream.into_split();
-        Self { reader: BufReader::new(r), writer: w, frame: Vec::new() }
+    pub fn new(stream: Stream) -> Self {
+        Self { stream }
     }
 
     /// Connects to `addr` within `timeout`.
     pub async fn connect(addr: (&str, u16), timeout: Duration) -> std::io::Result<Self> {
-        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        match tokio::time::timeout(timeout, net::connect(addr.0, addr.1)).await {
             Ok(stream) => Ok(Self::new(stream?)),
             Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
         }
     }
 
-    /// Sends one message, in one write (so one segment).
+    /// Sends one message.
     pub async fn send<T: Wire>(&mut self, msg: &T) -> std::io::Result<()> {
-        self.frame.clear();
-        self.frame.extend_from_slice(&[0; 4]);
-        msg.put(&mut self.frame);
-        let len = self.frame.len() - 4;
+        let mut frame = Vec::with_capacity(64);
+        msg.put(&mut frame);
+        let len = frame.len();
         if len > MAX_FRAME {
             return Err(std::io::Error::other(format!(
                 "a {len}-byte message exceeds the frame limit"
             )));
         }
-        self.frame[..4].copy_from_slice(&(len as u32).to_le_bytes());
-        self.writer.write_all(&self.frame).await
+        self.stream.send(frame)
     }
 
-    /// Receives one message; `None` at a clean end of stream (between two messages).
+    /// Receives one message; `None` at a clean end of stream.
     pub async fn recv<T: Wire>(&mut self) -> std::io::Result<Option<T>> {
-        if self.reader.fill_buf().await?.is_empty() {
-            return Ok(None);
-        }
-        let mut len = [0; 4];
-        self.reader.read_exact(&mut len).await?;
-        let len = u32::from_le_bytes(len) as usize;
-        if len > MAX_FRAME {
+        let frame = self.stream.recv().await?;
+        Self::decode(frame)
+    }
+
+    /// [`Conn::recv`], or a `TimedOut` error when nothing arrives within `limit`.
+    pub async fn recv_within<T: Wire>(&mut self, limit: Duration) -> std::io::Result<Option<T>> {
+        let frame = self.stream.recv_within(limit).await?;
+        Self::decode(frame)
+    }
+
+    fn decode<T: Wire>(frame: Option<Vec<u8>>) -> std::io::Result<Option<T>> {
+        let Some(frame) = frame else { return Ok(None) };
+        if frame.len() > MAX_FRAME {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("a {len}-byte frame exceeds the limit of {MAX_FRAME}"),
+                format!("a {}-byte frame exceeds the limit of {MAX_FRAME}", frame.len()),
             ));
         }
-        self.frame.resize(len, 0);
-        self.reader.read_exact(&mut self.frame).await?;
-        T::decode(&self.frame)
+        T::decode(&frame)
             .map(Some)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
@@ -253,9 +250,14 @@ impl Conn {
         operation: &'static str,
         timeout: Duration,
     ) -> Result<StoreResponse, StoreError> {
-        match tokio::time::timeout(timeout, self.exchange(req)).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout { operation, after: timeout }),
+        self.send(req).await?;
+        match self.recv_within::<StoreResponse>(timeout).await {
+            Ok(Some(resp)) => Ok(resp),
+            Ok(None) => Err(closed().into()),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                Err(StoreError::Timeout { operation, after: timeout })
+            }
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -264,8 +266,10 @@ impl Conn {
     /// ([`keyorder::store::timed`]). A closed stream is an error.
     pub async fn exchange(&mut self, req: &StoreRequest) -> Result<StoreResponse, StoreError> {
         self.send(req).await?;
-        Ok(self.recv::<StoreResponse>().await?.ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "store closed the session")
-        })?)
+        Ok(self.recv::<StoreResponse>().await?.ok_or_else(closed)?)
     }
+}
+
+fn closed() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "store closed the session")
 }

@@ -1,5 +1,5 @@
-//! One simulation run: a pure function of (scenario, seed). Builds the turmoil world, steps it
-//! while applying faults, waits for a quiescent tail, then judges the history.
+//! One simulation run: a pure function of (scenario, seed). Builds the simulated world, runs
+//! it while applying faults, waits for a quiescent tail, then judges the history.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -21,18 +21,13 @@ use crate::hosts::store::{self, StoreBreaks, StoreState};
 use crate::hosts::worker::{ExpiryClient, SimClock, WorkerHost};
 use crate::scenario::Procedure;
 use crate::scenario::{worker_name, Scenario, ScenarioError};
+use crate::simulator::{self, Sim};
 use crate::trace::Recorder;
 
 /// How long a racing producer's transaction may stay open (`unserialised-producers`).
 const RACING_COMMIT_JITTER: Duration = Duration::from_millis(150);
-/// Simulated time per `sim.step()`.
-const TICK: Duration = Duration::from_millis(1);
-/// Connections a host's listener queues before accepting (turmoil panics beyond it). Racing
-/// producers (`unserialised-producers`) open one per open transaction, and after a store
-/// restart all of them reconnect at once; turmoil's default of 64 is too few for that burst.
-const ACCEPT_BACKLOG: usize = 4096;
-/// Turmoil's own limit sits past the scenario's, so the driver always stops first.
-const TURMOIL_MARGIN: Duration = Duration::from_secs(10);
+/// How often the driver looks at the store while a switch or a migration is in progress.
+const SWITCH_POLL: Duration = Duration::from_millis(1);
 
 /// Errors of a run: the scenario, or the simulator itself.
 #[derive(Debug, thiserror::Error)]
@@ -41,12 +36,12 @@ pub enum RunError {
     /// The scenario broke a rule.
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
-    /// A host failed or turmoil stopped the run.
+    /// A host's software failed.
     #[error("simulation failed at {at:?}: {message}")]
     Sim {
         /// Simulated time of the failure.
         at: Duration,
-        /// What turmoil said.
+        /// What failed.
         message: String,
     },
 }
@@ -76,30 +71,8 @@ pub struct RunOutcome {
     pub history: Option<keyorder::check::History>,
 }
 
-/// How the simulator steps through time. Both give the same trace for the same seed (the
-/// determinism tests compare them); skipping is only faster.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Stepping {
-    /// Skip hosts with no woken task and no timer due, and whole steps when no host has
-    /// anything to do and no message is in flight (the patched turmoil's default).
-    #[default]
-    SkipIdle,
-    /// Tick every running host every millisecond, as upstream turmoil does.
-    EveryTick,
-}
-
 /// Runs `scenario` with `seed`; with `keep_trace` the outcome carries the text trace.
 pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcome, RunError> {
-    run_with(scenario, seed, keep_trace, Stepping::default())
-}
-
-/// [`run`], stepping as `stepping` says (the outcome is the same either way).
-pub fn run_with(
-    scenario: &Scenario,
-    seed: u64,
-    keep_trace: bool,
-    stepping: Stepping,
-) -> Result<RunOutcome, RunError> {
     scenario.validate()?;
     let mut rng = StdRng::seed_from_u64(seed);
     let count = PartitionCount::new(i64::from(scenario.partitions))
@@ -126,14 +99,11 @@ pub fn run_with(
     // has rows of an older layout, which only an online change or a pin change leaves behind
     // (drain-and-switch flips an empty queue). The unsafe flip is the one design without it.
     world.store.borrow_mut().durable.barrier = !world.flip_without_drain;
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(rng.random())
-        .tick_duration(TICK)
-        .skip_idle(stepping == Stepping::SkipIdle)
-        .tcp_capacity(ACCEPT_BACKLOG)
-        .simulation_duration(Duration::from_millis(scenario.duration_ms) + TURMOIL_MARGIN)
-        .min_message_latency(Duration::from_millis(scenario.min_latency_ms))
-        .max_message_latency(Duration::from_millis(scenario.max_latency_ms))
+    let mut sim = simulator::Builder::new(rng.random())
+        .latency(
+            Duration::from_millis(scenario.min_latency_ms),
+            Duration::from_millis(scenario.max_latency_ms),
+        )
         .build();
     if scenario.max_latency_ms > scenario.min_latency_ms {
         world.rec.borrow_mut().fault("latency_jitter");
@@ -148,7 +118,7 @@ pub fn run_with(
     drive(&mut sim, scenario, &world, seed, keep_trace)
 }
 
-fn add_hosts(sim: &mut turmoil::Sim<'_>, scenario: &Scenario, world: &World, rng: &mut StdRng) {
+fn add_hosts(sim: &mut Sim, scenario: &Scenario, world: &World, rng: &mut StdRng) {
     let detection = Duration::from_millis(scenario.detection_ms);
     sim.host("store", store::host(world.store.clone(), world.rec.clone(), detection));
     let specs = scenario.keys.iter().map(|k| (k.key.clone(), k.endpoint.clone())).collect();
@@ -232,7 +202,7 @@ fn plans(scenario: &Scenario, rng: &mut StdRng) -> Vec<Vec<Planned>> {
 }
 
 fn drive(
-    sim: &mut turmoil::Sim<'_>,
+    sim: &mut Sim,
     scenario: &Scenario,
     world: &World,
     seed: u64,
@@ -245,7 +215,8 @@ fn drive(
     let quiesced = loop {
         let now = sim.elapsed();
         faults.apply(sim, now, world);
-        if is_quiet(scenario, world, &faults) {
+        let quiet = is_quiet(scenario, world, &faults);
+        if quiet {
             let since = *quiet_since.get_or_insert(now);
             if now.saturating_sub(since) >= tail {
                 break true;
@@ -256,19 +227,15 @@ fn drive(
         if now >= limit {
             break false;
         }
-        // Ticks in which no host has anything to do are skipped whole, up to the next time
-        // this loop has something to do (a fault, the end of the quiet tail, the limit): the
-        // loop passes through exactly the states stepping tick by tick would.
-        if let Some(due) = faults.next_due() {
-            let mut until = due.min(limit);
-            if let Some(since) = quiet_since {
-                until = until.min(since + tail);
-            }
-            if !sim.skip_idle_steps(until.saturating_sub(now)).is_zero() {
-                continue;
-            }
+        // The hosts run on until the driver has something to do (a fault, the end of the
+        // quiet tail, the limit), or until quiet begins or ends, which only a host can change.
+        let mut until = faults.next_due().unwrap_or(now + SWITCH_POLL).min(limit);
+        if let Some(since) = quiet_since {
+            until = until.min(since + tail);
         }
-        sim.step().map_err(|e| RunError::Sim { at: now, message: e.to_string() })?;
+        let until = until.max(now + SWITCH_POLL);
+        sim.run_until(until, || is_quiet(scenario, world, &faults) != quiet)
+            .map_err(|message| RunError::Sim { at: sim.elapsed(), message })?;
     };
     let end = sim.elapsed();
     let mut rec = world.rec.borrow_mut();

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use keyorder::check::Kind;
 use serde::Serialize;
 
-use crate::run::{run_with, RunError, RunOutcome, Stepping};
+use crate::run::{run, RunError, RunOutcome};
 use crate::scenario::Scenario;
 
 /// The sums of a sweep.
@@ -75,7 +75,6 @@ pub fn sweep(
     seeds: &[u64],
     scenario_for: &(dyn Fn(u64) -> Scenario + Sync),
     jobs: usize,
-    stepping: Stepping,
     progress: &(dyn Fn(&RunOutcome) + Sync),
 ) -> Result<Vec<RunOutcome>, RunError> {
     let next = AtomicU64::new(0);
@@ -86,7 +85,7 @@ pub fn sweep(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some(&seed) = seeds.get(i) else { break };
-                let result = run_with(&scenario_for(seed), seed, false, stepping);
+                let result = run(&scenario_for(seed), seed, false);
                 if let Ok(outcome) = &result {
                     progress(outcome);
                 }

@@ -5,7 +5,6 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::rc::Rc;
-use std::time::Duration;
 
 use blake2::digest::consts::U32;
 use blake2::{Blake2b, Digest};
@@ -40,7 +39,7 @@ pub struct Recorder {
 
 /// The current simulated time, inside or outside a host.
 pub fn now() -> Time {
-    Time(turmoil::sim_elapsed().unwrap_or(Duration::ZERO))
+    Time(crate::simulator::elapsed())
 }
 
 impl Recorder {

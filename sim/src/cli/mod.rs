@@ -67,11 +67,6 @@ pub struct ScenarioSource {
     /// default a failing key is parked and blocks only itself).
     #[arg(long)]
     strict_partition_order: bool,
-    /// Tick every simulated host every millisecond, as upstream turmoil does, instead of
-    /// skipping hosts and steps with nothing to do. Slower; the same trace hashes (for
-    /// checking that, or timing the difference).
-    #[arg(long)]
-    every_tick: bool,
 }
 
 impl ScenarioSource {
@@ -105,15 +100,6 @@ impl ScenarioSource {
         }
     }
 
-    /// How the runs step through time.
-    fn stepping(&self) -> keyorder_sim::Stepping {
-        if self.every_tick {
-            keyorder_sim::Stepping::EveryTick
-        } else {
-            keyorder_sim::Stepping::SkipIdle
-        }
-    }
-
     /// The flags that reproduce this source on the command line.
     pub(crate) fn flags(&self) -> String {
         let mut flags = match &self.scenario {
@@ -125,9 +111,6 @@ impl ScenarioSource {
         }
         if self.strict_partition_order {
             flags.push_str(" --strict-partition-order");
-        }
-        if self.every_tick {
-            flags.push_str(" --every-tick");
         }
         flags
     }

@@ -30,7 +30,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let loaded = args.source.load()?;
     let scenario = args.source.for_seed(&loaded, args.seed);
     let keep_trace = args.trace || args.html.is_some();
-    let outcome = keyorder_sim::run_with(&scenario, args.seed, keep_trace, args.source.stepping())?;
+    let outcome = keyorder_sim::run(&scenario, args.seed, keep_trace)?;
     if let Some(path) = &args.html {
         let history = outcome.history.as_ref().expect("kept with the trace");
         let title = format!("keyorder-sim replay {}", args.seed);

@@ -45,7 +45,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     let plain = !args.json && !std::io::stderr().is_terminal();
     let total = seeds.len() as u64;
     let done = std::sync::atomic::AtomicU64::new(0);
-    let outcomes = sweep(&seeds, &scenario_for, jobs, args.source.stepping(), &|o| {
+    let outcomes = sweep(&seeds, &scenario_for, jobs, &|o| {
         bar.inc(1);
         if !o.verdict.is_ok() {
             bar.println(format!("seed {} VIOLATED: {:?}", o.seed, o.verdict.violated()));

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::simulator::net::Listener;
 use keyorder::check::Outcome;
-use turmoil::net::TcpListener;
 
 use crate::protocol::{Conn, DeliveryRequest, DeliveryResponse, ENDPOINT_PORT};
 use crate::scenario::EndpointSpec;
@@ -80,13 +80,13 @@ fn event_number(event_id: &str) -> Option<u32> {
 pub fn host(
     endpoints: SharedEndpoints,
     rec: SharedRecorder,
-) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = turmoil::Result>>> {
+) -> impl Fn() -> crate::simulator::HostFuture {
     move || {
         let (endpoints, rec) = (endpoints.clone(), rec.clone());
         Box::pin(async move {
-            let listener = TcpListener::bind(("0.0.0.0", ENDPOINT_PORT)).await?;
+            let listener = Listener::bind(ENDPOINT_PORT)?;
             loop {
-                let (stream, _) = listener.accept().await?;
+                let stream = listener.accept().await?;
                 tokio::task::spawn_local(serve(Conn::new(stream), endpoints.clone(), rec.clone()));
             }
         })

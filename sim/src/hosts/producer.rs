@@ -88,9 +88,7 @@ enum Enqueued {
 
 impl ProducerHost {
     /// The host factory.
-    pub fn factory(
-        self,
-    ) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = turmoil::Result>>> {
+    pub fn factory(self) -> impl Fn() -> crate::simulator::HostFuture {
         move || {
             let this = self.clone();
             Box::pin(async move {

@@ -19,11 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::simulator::net::Listener;
 use keyorder::check::{Acked, DeadLettered, Enqueued, LeaseChange, LeaseEvent};
 use keyorder::drain::ParkedKeys;
 use keyorder::repartition::{barrier, Barrier, DEFAULT_HOLD_POLL};
 use keyorder::{Epoch, PartitionId, Seq, Time};
-use turmoil::net::TcpListener;
 
 use crate::protocol::{
     Conn, Granted, LeaseAcks, LeaseId, StoreRequest, StoreResponse, WireHead, STORE_PORT,
@@ -838,7 +838,7 @@ pub fn host(
     state: SharedStore,
     rec: SharedRecorder,
     detection: Duration,
-) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = turmoil::Result>>> {
+) -> impl Fn() -> crate::simulator::HostFuture {
     move || {
         let (state, rec) = (state.clone(), rec.clone());
         Box::pin(async move {
@@ -849,9 +849,9 @@ pub fn host(
                 }
                 s.durable.boots += 1;
             }
-            let listener = TcpListener::bind(("0.0.0.0", STORE_PORT)).await?;
+            let listener = Listener::bind(STORE_PORT)?;
             loop {
-                let (stream, _) = listener.accept().await?;
+                let stream = listener.accept().await?;
                 let (state, rec) = (state.clone(), rec.clone());
                 tokio::task::spawn_local(serve(Conn::new(stream), state, rec, detection));
             }
@@ -863,11 +863,11 @@ pub fn host(
 async fn serve(mut conn: Conn, state: SharedStore, rec: SharedRecorder, detection: Duration) {
     let id = state.borrow_mut().open_session();
     let why = loop {
-        let req = match tokio::time::timeout(detection, conn.recv::<StoreRequest>()).await {
-            Ok(Ok(Some(req))) => req,
-            Ok(Ok(None)) => break "end of stream",
-            Ok(Err(_)) => break "connection error",
-            Err(_) => break "keepalive timeout",
+        let req = match conn.recv_within::<StoreRequest>(detection).await {
+            Ok(Some(req)) => req,
+            Ok(None) => break "end of stream",
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break "keepalive timeout",
+            Err(_) => break "connection error",
         };
         if state.borrow().volatile.terminated.contains(&id) {
             break "terminated";

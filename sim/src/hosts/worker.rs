@@ -991,9 +991,7 @@ pub struct WorkerHost {
 
 impl WorkerHost {
     /// The host factory: a restart builds everything anew from the configuration.
-    pub fn factory(
-        self,
-    ) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = turmoil::Result>>> {
+    pub fn factory(self) -> impl Fn() -> crate::simulator::HostFuture {
         move || {
             let this = self.clone();
             Box::pin(async move {

@@ -1,7 +1,7 @@
 //! The store conformance suite (tests/conformance) against the simulation's store: the very
-//! client the simulated workers use ([`SimStore`], the `Store` trait over turmoil TCP) talking
-//! to the store host, once with session locks (PostgreSQL's semantics) and once with expiry
-//! leases (SQLite's). The suite runs as a turmoil client; the fixture reads and writes the store
+//! client the simulated workers use ([`SimStore`], the `Store` trait over the simulated
+//! network) talking to the store host, once with session locks (PostgreSQL's semantics) and
+//! once with expiry leases (SQLite's). The suite runs as a simulated host of its own; the fixture reads and writes the store
 //! host's state directly, as the other fixtures use SQL beside the trait.
 
 use std::cell::{Cell, RefCell};
@@ -14,6 +14,7 @@ use keyorder::{PartitionId, Router};
 use keyorder_sim::control::{Control, SharedControl};
 use keyorder_sim::hosts::store::{self, SharedStore, StoreState};
 use keyorder_sim::hosts::worker::{ExpiryClient, SimClock, SimStore};
+use keyorder_sim::simulator::Builder;
 use keyorder_sim::trace::{Recorder, SharedRecorder};
 
 use super::conformance_suite::{self as suite, count, Fixture};
@@ -116,14 +117,13 @@ impl Fixture for SimFixture {
     }
 }
 
-/// Runs `client` in one turmoil simulation beside a store host with `expiry` leases (`None`:
+/// Runs `client` in one simulation beside a store host with `expiry` leases (`None`:
 /// session locks); `client` gets the store's state, the recorder and the client settings.
 fn in_sim<Fut>(expiry: Option<Duration>, client: impl FnOnce(Shared) -> Fut + 'static)
 where
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let mut sim =
-        turmoil::Builder::new().rng_seed(7).simulation_duration(Duration::from_secs(3_600)).build();
+    let mut sim = Builder::new(7).build();
     let state: SharedStore = Rc::new(RefCell::new(StoreState::default()));
     state.borrow_mut().durable.expiry = expiry;
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::default()));
@@ -131,11 +131,12 @@ where
     let settings = expiry
         .map(|e| ExpiryClient::new(Duration::from_millis(150), e / 3, Duration::from_millis(500)));
     let shared = Shared { state, rec, expiry: settings };
-    sim.client("suite", async move {
+    let client = async move {
         client(shared).await;
         Ok(())
-    });
-    sim.run().expect("the client's checks pass on the simulated store");
+    };
+    sim.run_client("suite", client, Duration::from_secs(3_600))
+        .expect("the client's checks pass on the simulated store");
 }
 
 /// What a client of [`in_sim`] shares with the store host.

@@ -4,13 +4,12 @@
 use keyorder::check::Kind;
 use keyorder_sim::scenario::{FaultKind, Procedure};
 use keyorder_sim::sweep::{sweep, Summary};
-use keyorder_sim::{run, Break, Scenario, Size, Stepping};
+use keyorder_sim::{run, Break, Scenario, Size};
 
 fn summary(size: Size, seeds: std::ops::Range<u64>) -> Summary {
     let seeds: Vec<u64> = seeds.collect();
     let outcomes =
-        sweep(&seeds, &|seed| Scenario::generate(size, seed), 2, Stepping::default(), &|_| {})
-            .expect("sweep runs");
+        sweep(&seeds, &|seed| Scenario::generate(size, seed), 2, &|_| {}).expect("sweep runs");
     let mut s = Summary::default();
     outcomes.iter().for_each(|o| s.add(o));
     s

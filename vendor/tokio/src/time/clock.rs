@@ -74,6 +74,11 @@ cfg_test_util! {
     #[derive(Debug)]
     pub(crate) struct Clock {
         inner: Mutex<Inner>,
+        /// keyorder patch 4: the instant the clock was created, and while the clock is frozen
+        /// its reading as nanoseconds after that instant (`u64::MAX` while it runs), so that
+        /// reading a frozen clock takes no lock. Written only under `inner`'s lock.
+        origin: std::time::Instant,
+        frozen_at: std::sync::atomic::AtomicU64,
     }
 
     // Used to track if the clock was ever paused. This is an optimization to
@@ -200,6 +205,7 @@ cfg_test_util! {
             }
 
             inner.unfrozen = Some(std::time::Instant::now());
+            clock.frozen_at.store(u64::MAX, Ordering::Release);
             Ok(())
         });
     }
@@ -317,6 +323,8 @@ cfg_test_util! {
                     unfrozen: Some(now),
                     auto_advance_inhibit_count: 0,
                 }),
+                origin: now,
+                frozen_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             };
 
             if start_paused {
@@ -345,6 +353,7 @@ cfg_test_util! {
             };
             inner.base += elapsed;
             inner.unfrozen = None;
+            self.store_frozen(inner.base);
 
             Ok(())
         }
@@ -378,10 +387,25 @@ cfg_test_util! {
             }
 
             inner.base += duration;
+            self.store_frozen(inner.base);
             Ok(())
         }
 
+        /// keyorder patch 4: publishes a frozen clock's reading.
+        fn store_frozen(&self, base: std::time::Instant) {
+            let nanos = u64::try_from(base.duration_since(self.origin).as_nanos())
+                .unwrap_or(u64::MAX - 1)
+                .min(u64::MAX - 1);
+            self.frozen_at.store(nanos, Ordering::Release);
+        }
+
         pub(crate) fn now(&self) -> Instant {
+            // keyorder patch 4: a frozen clock is read without the lock.
+            let frozen = self.frozen_at.load(Ordering::Acquire);
+            if frozen != u64::MAX {
+                return Instant::from_std(self.origin + Duration::from_nanos(frozen));
+            }
+
             let inner = self.inner.lock();
 
             let mut ret = inner.base;
