@@ -14,6 +14,8 @@
 //! the wall clock.
 
 pub mod net;
+#[cfg(test)]
+mod tests;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -116,6 +118,7 @@ struct Slot {
     starts: u64,
     set: Option<Pin<Box<LocalSet>>>,
     waker: Waker,
+    polls: u64,
 }
 
 /// A simulation's settings.
@@ -193,7 +196,15 @@ impl Sim {
             s.woken.push(false);
         }
         let waker = Waker::from(Arc::new(HostWake { index, ready: self.ready.clone() }));
-        self.hosts.push(Slot { id, name, factory: Box::new(factory), starts: 0, set: None, waker });
+        self.hosts.push(Slot {
+            id,
+            name,
+            factory: Box::new(factory),
+            starts: 0,
+            set: None,
+            waker,
+            polls: 0,
+        });
         self.start_host(index);
     }
 
@@ -224,6 +235,12 @@ impl Sim {
         } else {
             Err(format!("the client did not finish within {limit:?}"))
         }
+    }
+
+    /// How many times the host named `name` has been polled (each a wake of one of its tasks
+    /// or a start); `None` for an unknown name.
+    pub fn polls(&self, name: &str) -> Option<u64> {
+        self.index(name).map(|i| self.hosts[i].polls)
     }
 
     /// Simulated time since the start.
@@ -347,6 +364,7 @@ impl Sim {
 
 fn poll_host(net: &SharedNet, slot: &mut Slot) {
     let Some(set) = slot.set.as_mut() else { return };
+    slot.polls += 1;
     CURRENT.with(|c| *c.borrow_mut() = Some((net.clone(), slot.id, slot.starts)));
     let mut cx = Context::from_waker(&slot.waker);
     let finished = set.as_mut().poll(&mut cx).is_ready();

@@ -267,11 +267,11 @@ impl Stream {
                         }
                     }));
                 }
-                if pipe.eof {
-                    return Poll::Ready(Ok(None));
-                }
                 if pipe.reset_at.is_some_and(|r| r <= now) {
                     return Poll::Ready(Err(Self::reset_error()));
+                }
+                if pipe.eof {
+                    return Poll::Ready(Ok(None));
                 }
                 if deadline.is_some_and(|d| d <= now) {
                     return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "timed out")));
