@@ -19,7 +19,6 @@ pub mod shrink;
 pub mod simulator;
 pub mod sweep;
 pub mod trace;
-pub(crate) mod wire;
 
 pub use breaks::Break;
 pub use run::{run, RunError, RunOutcome};

@@ -1,5 +1,5 @@
-//! The wire protocol between simulated hosts: one encoded message per network message over
-//! the simulator's connections (the encoding is in [`crate::wire`]).
+//! The protocol between simulated hosts: typed requests and answers, one per network message
+//! over the simulator's connections.
 
 use std::time::Duration;
 
@@ -9,14 +9,10 @@ use keyorder::{Epoch, PartitionId, Seq};
 
 use crate::simulator::net::{self, Stream};
 
-use crate::wire::Wire;
-
 /// The store host's port.
 pub const STORE_PORT: u16 = 5432;
 /// The endpoint host's port.
 pub const ENDPOINT_PORT: u16 = 80;
-/// Longest frame accepted: a bound on what one peer can make another buffer.
-pub const MAX_FRAME: usize = 64 * 1024;
 
 /// A request to the store.
 #[derive(Clone, Debug)]
@@ -116,8 +112,8 @@ pub enum StoreResponse {
     /// read's snapshot saw running (PostgreSQL's `pg_snapshot_xip`), and whether a watched
     /// one committed a row at or below the read's `after`.
     Heads { heads: Vec<WireHead>, running: Vec<u64>, late: bool },
-    /// The sequence number given to an insert (0 under expiry leases, where the commit takes it).
-    Inserted(Seq),
+    /// The insert is open (its seq is the store's; under expiry leases the commit takes it).
+    Inserted,
     /// The event id was committed before (the unique constraint).
     Duplicate,
     /// A fenced statement from a session that does not hold the lease.
@@ -156,7 +152,7 @@ pub struct LeaseId {
     pub epoch: Epoch,
 }
 
-/// A head row on the wire.
+/// A head row in a [`StoreResponse::Heads`].
 #[derive(Clone, Debug)]
 pub struct WireHead {
     pub seq: Seq,
@@ -185,7 +181,7 @@ pub struct DeliveryResponse {
     pub retry_after_ms: Option<u64>,
 }
 
-/// One connection carrying encoded [`Wire`] messages, one per network message.
+/// One connection carrying typed messages, one per network message.
 pub struct Conn {
     stream: Stream,
 }
@@ -205,41 +201,31 @@ impl Conn {
     }
 
     /// Sends one message.
-    pub async fn send<T: Wire>(&mut self, msg: &T) -> std::io::Result<()> {
-        let mut frame = Vec::with_capacity(64);
-        msg.put(&mut frame);
-        let len = frame.len();
-        if len > MAX_FRAME {
-            return Err(std::io::Error::other(format!(
-                "a {len}-byte message exceeds the frame limit"
-            )));
-        }
-        self.stream.send(frame)
+    pub async fn send<T: 'static>(&mut self, msg: T) -> std::io::Result<()> {
+        self.stream.send(Box::new(msg))
     }
 
     /// Receives one message; `None` at a clean end of stream.
-    pub async fn recv<T: Wire>(&mut self) -> std::io::Result<Option<T>> {
-        let frame = self.stream.recv().await?;
-        Self::decode(frame)
+    pub async fn recv<T: 'static>(&mut self) -> std::io::Result<Option<T>> {
+        let msg = self.stream.recv().await?;
+        Self::expect(msg)
     }
 
     /// [`Conn::recv`], or a `TimedOut` error when nothing arrives within `limit`.
-    pub async fn recv_within<T: Wire>(&mut self, limit: Duration) -> std::io::Result<Option<T>> {
-        let frame = self.stream.recv_within(limit).await?;
-        Self::decode(frame)
+    pub async fn recv_within<T: 'static>(&mut self, limit: Duration) -> std::io::Result<Option<T>> {
+        let msg = self.stream.recv_within(limit).await?;
+        Self::expect(msg)
     }
 
-    fn decode<T: Wire>(frame: Option<Vec<u8>>) -> std::io::Result<Option<T>> {
-        let Some(frame) = frame else { return Ok(None) };
-        if frame.len() > MAX_FRAME {
-            return Err(std::io::Error::new(
+    /// The message as the type the protocol says comes next.
+    fn expect<T: 'static>(msg: Option<net::Message>) -> std::io::Result<Option<T>> {
+        let Some(msg) = msg else { return Ok(None) };
+        msg.downcast::<T>().map(|m| Some(*m)).map_err(|_| {
+            std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("a {}-byte frame exceeds the limit of {MAX_FRAME}", frame.len()),
-            ));
-        }
-        T::decode(&frame)
-            .map(Some)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                format!("expected a {}", std::any::type_name::<T>()),
+            )
+        })
     }
 
     /// Sends `req` and waits up to `timeout` for the answer. A timeout or a closed stream is an
@@ -250,7 +236,7 @@ impl Conn {
         operation: &'static str,
         timeout: Duration,
     ) -> Result<StoreResponse, StoreError> {
-        self.send(req).await?;
+        self.send(req.clone()).await?;
         match self.recv_within::<StoreResponse>(timeout).await {
             Ok(Some(resp)) => Ok(resp),
             Ok(None) => Err(closed().into()),
@@ -265,7 +251,7 @@ impl Conn {
     /// shared store wrapper already bounds by the request timeout
     /// ([`keyorder::store::timed`]). A closed stream is an error.
     pub async fn exchange(&mut self, req: &StoreRequest) -> Result<StoreResponse, StoreError> {
-        self.send(req).await?;
+        self.send(req.clone()).await?;
         Ok(self.recv::<StoreResponse>().await?.ok_or_else(closed)?)
     }
 }

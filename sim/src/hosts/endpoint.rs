@@ -113,7 +113,7 @@ async fn serve(mut conn: Conn, endpoints: SharedEndpoints, rec: SharedRecorder) 
         tokio::time::sleep(answer.delay).await;
         let resp =
             DeliveryResponse { status: answer.status, retry_after_ms: answer.retry_after_ms };
-        if conn.send(&resp).await.is_err() {
+        if conn.send(resp).await.is_err() {
             return;
         }
     }

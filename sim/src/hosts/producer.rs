@@ -206,7 +206,7 @@ impl ProducerHost {
             layout,
         };
         match conn.call(&insert, "insert", self.request_timeout).await {
-            Ok(StoreResponse::Inserted(_)) => {}
+            Ok(StoreResponse::Inserted) => {}
             Ok(StoreResponse::Duplicate) => return Enqueued::Done,
             _ => return Enqueued::Retry,
         }

@@ -786,7 +786,7 @@ impl StoreState {
             xid,
         };
         self.volatile.uncommitted.insert(session, (seq, partition, row));
-        StoreResponse::Inserted(seq)
+        StoreResponse::Inserted
     }
 
     fn commit(&mut self, session: u64, at: Time, rec: &SharedRecorder) -> StoreResponse {
@@ -873,7 +873,7 @@ async fn serve(mut conn: Conn, state: SharedStore, rec: SharedRecorder, detectio
             break "terminated";
         }
         let resp = state.borrow_mut().handle(id, req, now(), &rec);
-        if conn.send(&resp).await.is_err() {
+        if conn.send(resp).await.is_err() {
             break "connection error";
         }
     };
@@ -897,7 +897,7 @@ mod tests {
             partition: PartitionId(0),
             layout: 0,
         };
-        assert!(matches!(st.handle(session, req, at(0), rec), StoreResponse::Inserted(_)));
+        assert!(matches!(st.handle(session, req, at(0), rec), StoreResponse::Inserted));
     }
 
     /// Two producers insert `e1` then `e2` and commit them the other way round: the queue's

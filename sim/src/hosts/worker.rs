@@ -247,7 +247,11 @@ struct Pool {
 const POOL_ATTEMPTS: usize = 200;
 
 fn unexpected(operation: &'static str, resp: StoreResponse) -> StoreError {
-    StoreError::Refused { operation, reason: format!("unexpected answer {resp:?}") }
+    let reason = match resp {
+        StoreResponse::Refused(reason) => reason,
+        other => format!("unexpected answer {other:?}"),
+    };
+    StoreError::Refused { operation, reason }
 }
 
 impl Store for SimStore {
@@ -887,7 +891,7 @@ impl Deliver for SimDeliver {
             attempt,
         };
         let answer = async {
-            conn.send(&req).await?;
+            conn.send(req).await?;
             conn.recv::<DeliveryResponse>().await?.ok_or_else(|| {
                 std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
@@ -930,7 +934,7 @@ impl SimDeliver {
             key: head.key.clone(),
             attempt,
         };
-        conn.send(&req).await?;
+        conn.send(req).await?;
         let timeout = self.connect_timeout;
         tokio::task::spawn_local(async move {
             let _ = tokio::time::timeout(timeout, conn.recv::<DeliveryResponse>()).await;

@@ -1,4 +1,5 @@
-//! The simulated network: connections carrying whole messages between hosts, each delivered
+//! The simulated network: connections carrying whole messages between hosts (values moved
+//! from sender to receiver, never encoded: nothing here can depend on a length), each delivered
 //! after a latency drawn from the run's RNG, in order per direction, as a TCP stream delivers
 //! them.
 //!
@@ -18,6 +19,7 @@
 //!
 //! Everything here runs on the one thread of the run; time is the paused tokio clock.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -126,8 +128,11 @@ impl Net {
     }
 }
 
+/// A message: any value a host sends.
+pub type Message = Box<dyn Any>;
+
 enum Msg {
-    Data(Vec<u8>),
+    Data(Message),
     Fin,
 }
 
@@ -204,7 +209,7 @@ impl Stream {
 
     /// Sends one message. It arrives after a latency, or never (a cut), or is answered with a
     /// reset (the peer's process is gone); an error only when this end was reset already.
-    pub fn send(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+    pub fn send(&mut self, msg: Message) -> io::Result<()> {
         let now = now_instant();
         let mut net = self.net.borrow_mut();
         let mut link = self.link.borrow_mut();
@@ -227,13 +232,13 @@ impl Stream {
             link.pipes[me].reset(back);
             return Ok(());
         }
-        pipe.queue.push_back((due, Msg::Data(bytes)));
+        pipe.queue.push_back((due, Msg::Data(msg)));
         pipe.wake();
         Ok(())
     }
 
     /// Receives the next message: `None` at the end of stream, an error after a reset.
-    pub fn recv(&mut self) -> impl Future<Output = io::Result<Option<Vec<u8>>>> + '_ {
+    pub fn recv(&mut self) -> impl Future<Output = io::Result<Option<Message>>> + '_ {
         std::future::poll_fn(move |cx| self.poll_recv(cx, None))
     }
 
@@ -242,7 +247,7 @@ impl Stream {
     pub fn recv_within(
         &mut self,
         limit: Duration,
-    ) -> impl Future<Output = io::Result<Option<Vec<u8>>>> + '_ {
+    ) -> impl Future<Output = io::Result<Option<Message>>> + '_ {
         let deadline = now_instant() + limit;
         std::future::poll_fn(move |cx| self.poll_recv(cx, Some(deadline)))
     }
@@ -251,7 +256,7 @@ impl Stream {
         &mut self,
         cx: &mut Context<'_>,
         deadline: Option<Instant>,
-    ) -> Poll<io::Result<Option<Vec<u8>>>> {
+    ) -> Poll<io::Result<Option<Message>>> {
         loop {
             let now = now_instant();
             let wait_until = {
@@ -260,7 +265,7 @@ impl Stream {
                 if pipe.queue.front().is_some_and(|(due, _)| *due <= now) {
                     let Some((_, msg)) = pipe.queue.pop_front() else { unreachable!() };
                     return Poll::Ready(Ok(match msg {
-                        Msg::Data(bytes) => Some(bytes),
+                        Msg::Data(msg) => Some(msg),
                         Msg::Fin => {
                             pipe.eof = true;
                             None

@@ -510,18 +510,6 @@ impl Handle {
         }
     }
 
-    /// keyorder patch (hidden, not a tokio API): how long until this runtime's timer wheel
-    /// next needs processing: a lower bound on the earliest registered timer's deadline,
-    /// zero when a timer is already due, `None` when no timer is registered or timers are not
-    /// enabled. A deterministic simulator (turmoil) uses it to skip a paused runtime that has
-    /// no ready task and no timer due within its next step.
-    #[doc(hidden)]
-    #[cfg(feature = "time")]
-    pub fn next_timer_in(&self) -> Option<std::time::Duration> {
-        let driver = self.inner.driver();
-        driver.time.as_ref()?.next_expiration_in(&driver.clock)
-    }
-
     /// Returns a view that lets you get information about how the runtime
     /// is performing.
     pub fn metrics(&self) -> RuntimeMetrics {

@@ -74,7 +74,7 @@ cfg_test_util! {
     #[derive(Debug)]
     pub(crate) struct Clock {
         inner: Mutex<Inner>,
-        /// keyorder patch 4: the instant the clock was created, and while the clock is frozen
+        /// keyorder patch: the instant the clock was created, and while the clock is frozen
         /// its reading as nanoseconds after that instant (`u64::MAX` while it runs), so that
         /// reading a frozen clock takes no lock. Written only under `inner`'s lock.
         origin: std::time::Instant,
@@ -391,7 +391,7 @@ cfg_test_util! {
             Ok(())
         }
 
-        /// keyorder patch 4: publishes a frozen clock's reading.
+        /// keyorder patch: publishes a frozen clock's reading.
         fn store_frozen(&self, base: std::time::Instant) {
             let nanos = u64::try_from(base.duration_since(self.origin).as_nanos())
                 .unwrap_or(u64::MAX - 1)
@@ -400,7 +400,7 @@ cfg_test_util! {
         }
 
         pub(crate) fn now(&self) -> Instant {
-            // keyorder patch 4: a frozen clock is read without the lock.
+            // keyorder patch: a frozen clock is read without the lock.
             let frozen = self.frozen_at.load(Ordering::Acquire);
             if frozen != u64::MAX {
                 return Instant::from_std(self.origin + Duration::from_nanos(frozen));

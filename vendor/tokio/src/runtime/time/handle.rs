@@ -18,25 +18,6 @@ impl Handle {
         self.inner.is_shutdown()
     }
 
-    /// keyorder patch: how long until the timer wheel next needs processing (a lower bound on
-    /// the earliest timer's deadline, zero when timers are already due), or `None` when no
-    /// timer is registered. For a simulator that skips runtimes with nothing to do.
-    pub(crate) fn next_expiration_in(
-        &self,
-        clock: &crate::runtime::driver::Clock,
-    ) -> Option<std::time::Duration> {
-        match self.inner {
-            super::Inner::Traditional { .. } => {
-                let next = self.inner.lock().wheel.next_expiration_time()?;
-                let now = self.time_source.now(clock);
-                Some(self.time_source.tick_to_duration(next.saturating_sub(now)))
-            }
-            // Not tracked: report a timer as due, so a caller never skips this runtime.
-            #[cfg(all(tokio_unstable, feature = "rt-multi-thread"))]
-            super::Inner::Alternative { .. } => Some(std::time::Duration::ZERO),
-        }
-    }
-
     /// Track that the driver is being unparked
     pub(crate) fn unpark(&self) {
         #[cfg(feature = "test-util")]
