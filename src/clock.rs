@@ -9,7 +9,7 @@ pub trait Clock {
     fn now(&self) -> Time;
 }
 
-/// Production time: tokio's monotonic clock (paused and simulated under turmoil or
+/// Production time: tokio's monotonic clock (paused in the simulation, or by
 /// `tokio::time::pause`), measured from the moment this clock was made.
 #[derive(Clone, Copy, Debug)]
 pub struct TokioClock {

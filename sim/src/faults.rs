@@ -1,5 +1,5 @@
-//! Fault injection: the scenario's faults, expanded into driver actions that run between
-//! `sim.step()` calls, plus the drain-and-switch procedure for a modulus change and pin changes
+//! Fault injection: the scenario's faults, expanded into driver actions that run at their time
+//! before any host runs at it (between `Sim::run_until` calls), plus the drain-and-switch procedure for a modulus change and pin changes
 //! (a new layout epoch with the count unchanged).
 
 use std::collections::VecDeque;
@@ -149,7 +149,7 @@ impl FaultRunner {
     }
 
     /// The time of the next scheduled step, `Duration::MAX` when none is left; `None` while a
-    /// switch or a migration is in progress (those look at the store every tick).
+    /// switch or a migration is in progress (those look at the store every millisecond).
     pub fn next_due(&self) -> Option<Duration> {
         if self.switch.is_some() || self.migration.is_some() {
             return None;

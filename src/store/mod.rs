@@ -13,7 +13,7 @@
 //! every statement checks the lease row), so a worker that lost its lease cannot advance the
 //! partition.
 
-// The worker runs on a current-thread runtime (turmoil's, or `LocalSet` in production), so
+// The worker runs on a current-thread runtime (the simulation's, or `LocalSet` in production), so
 // these futures need no `Send` bound.
 #![allow(async_fn_in_trait)]
 

@@ -1,6 +1,6 @@
 //! The async worker loop, written once and generic over a [`Store`] and a [`Deliver`]:
 //! production runs it against PostgreSQL or SQLite (through `store::any::AnyStore`) and HTTP,
-//! the simulation inside turmoil hosts against its simulated store.
+//! the simulation inside simulated hosts against its simulated store.
 //!
 //! One membership session keeps the worker counted as live; every `rebalance_every` the worker
 //! reads the partition count and the live workers, gives back what exceeds its fair share
@@ -11,7 +11,7 @@
 //! A drain machine that refuses an input (a bug of this loop) stops its partition task, which
 //! gives the lease back unclean and reports [`WorkerEvent::DrainRefused`].
 //!
-//! Must run inside a tokio `LocalSet` (turmoil hosts do): partition tasks are `spawn_local`ed.
+//! Must run inside a tokio `LocalSet` (simulated hosts do): partition tasks are `spawn_local`ed.
 //! Every `select!` is `biased`, so no unseeded tokio randomness decides anything.
 
 use std::collections::BTreeMap;

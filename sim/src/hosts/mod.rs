@@ -1,4 +1,4 @@
-//! The simulated hosts. Each is a factory (`Fn() -> Future`), so turmoil can restart it; state
+//! The simulated hosts. Each is a factory (`Fn() -> Future`), so the simulator can restart it; state
 //! that must survive a restart is passed in from outside the factory.
 
 pub mod endpoint;

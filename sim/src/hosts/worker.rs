@@ -1,5 +1,5 @@
 //! The worker host: the production worker loop ([`keyorder::worker::run`]) with a store client
-//! and a deliverer that speak over turmoil TCP, and a clock that reads simulated time (offset
+//! and a deliverer that speak over the simulated network, and a clock that reads simulated time (offset
 //! by the worker's clock skew).
 //!
 //! Every store call is bounded by the worker loop's shared wrapper ([`keyorder::store::timed`]),

@@ -154,6 +154,8 @@ impl Builder {
             builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&bytes));
         }
         let rt = builder.build().expect("a current-thread runtime builds");
+        // The simulator owns the simulated clock: the one place that reads the runtime's.
+        #[allow(clippy::disallowed_methods)]
         let start = rt.block_on(async { Instant::now() });
         CLOCK.set(Some((start, start)));
         let net = Rc::new(RefCell::new(Net::new(
@@ -317,6 +319,7 @@ impl Sim {
         rt.block_on(async {
             let mut sleep = std::pin::pin!(tokio::time::sleep_until(deadline));
             std::future::poll_fn(|cx| {
+                #[allow(clippy::disallowed_methods)] // the simulated clock, published to hosts
                 let now = Instant::now();
                 CLOCK.set(Some((now, deadline - until)));
                 if now >= deadline {

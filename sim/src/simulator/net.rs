@@ -426,25 +426,27 @@ pub async fn connect(host: &str, port: u16) -> io::Result<Stream> {
     };
     tokio::time::sleep(syn).await;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let refused = {
+    let arrived = {
         let n = net.borrow();
         if n.is_cut(me, to) {
-            drop(n);
-            return std::future::pending().await;
-        }
-        let bound = n.hosts[to.0].listeners.iter().find(|(p, _)| *p == port);
-        match bound {
-            Some((_, backlog)) => {
-                let mut b = backlog.borrow_mut();
-                b.queue.push_back(Pending { from: me, start, answer: tx });
-                if let Some(w) = b.acceptor.take() {
-                    w.wake();
+            None
+        } else {
+            let bound = n.hosts[to.0].listeners.iter().find(|(p, _)| *p == port);
+            Some(match bound {
+                Some((_, backlog)) => {
+                    let mut b = backlog.borrow_mut();
+                    b.queue.push_back(Pending { from: me, start, answer: tx });
+                    if let Some(w) = b.acceptor.take() {
+                        w.wake();
+                    }
+                    false
                 }
-                false
-            }
-            None => true,
+                None => true,
+            })
         }
     };
+    // A SYN lost to a cut is never answered.
+    let Some(refused) = arrived else { return std::future::pending().await };
     let back = net.borrow_mut().latency();
     if refused {
         tokio::time::sleep(back).await;

@@ -1,4 +1,4 @@
-//! Simulation tests, one binary (as turmoil's own tests): determinism, sweeps that must pass,
+//! Simulation tests, one binary: determinism, sweeps that must pass,
 //! the broken-design catalogue, saved regressions, trace snapshots, and the store conformance
 //! suite on the simulated store.
 
