@@ -318,7 +318,7 @@ impl Sim {
         let Sim { rt, net, hosts, ready, failure, batch, .. } = self;
         rt.block_on(async {
             let mut sleep = std::pin::pin!(tokio::time::sleep_until(deadline));
-            std::future::poll_fn(|cx| {
+            std::future::poll_fn(|cx| loop {
                 #[allow(clippy::disallowed_methods)] // the simulated clock, published to hosts
                 let now = Instant::now();
                 CLOCK.set(Some((now, deadline - until)));
@@ -333,6 +333,7 @@ impl Sim {
                     s.polling = true;
                 }
                 let outcome = loop {
+                    net.borrow_mut().deliver_due(now);
                     {
                         let mut s = ready.state.lock().unwrap_or_else(|e| e.into_inner());
                         std::mem::swap(&mut s.queue, batch);
@@ -358,7 +359,14 @@ impl Sim {
                 if let Some(outcome) = outcome {
                     return Poll::Ready(outcome);
                 }
-                sleep.as_mut().poll(cx).map(Ok)
+                // Sleep until the deadline or the network's next arrival, whichever is first.
+                let wake_at = net.borrow().next_arrival().map_or(deadline, |a| a.min(deadline));
+                if sleep.deadline() != wake_at {
+                    sleep.as_mut().reset(wake_at);
+                }
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
             })
             .await
         })

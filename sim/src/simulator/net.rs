@@ -21,7 +21,8 @@
 
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -45,6 +46,39 @@ pub(crate) struct Net {
     cuts: Vec<(HostId, HostId)>,
     /// Every connection opened, for cutting those between two hosts.
     links: Vec<Weak<RefCell<Link>>>,
+    /// When something reaches a connection end (a message, a FIN, a reset): the network wakes
+    /// the end's reader then, so a reader holds no timer of its own for it.
+    arrivals: BinaryHeap<Reverse<Arrival>>,
+    /// Tie-break among arrivals at the same instant: the order they were scheduled.
+    scheduled: u64,
+}
+
+/// Something reaching end `side` of `link` at `at`.
+struct Arrival {
+    at: Instant,
+    order: u64,
+    link: Weak<RefCell<Link>>,
+    side: usize,
+}
+
+impl PartialEq for Arrival {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.order) == (other.at, other.order)
+    }
+}
+
+impl Eq for Arrival {}
+
+impl PartialOrd for Arrival {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Arrival {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.order).cmp(&(other.at, other.order))
+    }
 }
 
 /// A shared handle on the network.
@@ -62,7 +96,38 @@ impl Net {
     pub(crate) fn new(rng: StdRng, min: Duration, max: Duration) -> Self {
         let min_ms = min.as_millis() as u64;
         let max_ms = (max.as_millis() as u64).max(min_ms);
-        Self { rng, min_ms, max_ms, hosts: Vec::new(), cuts: Vec::new(), links: Vec::new() }
+        Self {
+            rng,
+            min_ms,
+            max_ms,
+            hosts: Vec::new(),
+            cuts: Vec::new(),
+            links: Vec::new(),
+            arrivals: BinaryHeap::new(),
+            scheduled: 0,
+        }
+    }
+
+    /// Wakes the reader of end `side` of `link` at `at`.
+    fn schedule(&mut self, at: Instant, link: &Rc<RefCell<Link>>, side: usize) {
+        self.scheduled += 1;
+        let order = self.scheduled;
+        self.arrivals.push(Reverse(Arrival { at, order, link: Rc::downgrade(link), side }));
+    }
+
+    /// When the next scheduled arrival is due.
+    pub(crate) fn next_arrival(&self) -> Option<Instant> {
+        self.arrivals.peek().map(|Reverse(a)| a.at)
+    }
+
+    /// Wakes the readers of every arrival due by `now`, in the order scheduled.
+    pub(crate) fn deliver_due(&mut self, now: Instant) {
+        while self.arrivals.peek().is_some_and(|Reverse(a)| a.at <= now) {
+            let Some(Reverse(arrival)) = self.arrivals.pop() else { break };
+            if let Some(link) = arrival.link.upgrade() {
+                link.borrow_mut().pipes[arrival.side].wake();
+            }
+        }
     }
 
     pub(crate) fn add_host(&mut self, name: &str) -> HostId {
@@ -180,7 +245,6 @@ impl Pipe {
 
     fn reset(&mut self, at: Instant) {
         self.reset_at = Some(self.reset_at.map_or(at, |r| r.min(at)));
-        self.wake();
     }
 }
 
@@ -230,10 +294,11 @@ impl Stream {
         if gone {
             let back = due + net.latency();
             link.pipes[me].reset(back);
+            net.schedule(back, &self.link, me);
             return Ok(());
         }
         pipe.queue.push_back((due, Msg::Data(msg)));
-        pipe.wake();
+        net.schedule(due, &self.link, peer);
         Ok(())
     }
 
@@ -284,8 +349,9 @@ impl Stream {
                 if !pipe.reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
                     pipe.reader = Some(cx.waker().clone());
                 }
-                let next = pipe.queue.front().map(|(due, _)| *due);
-                [next, pipe.reset_at, deadline].into_iter().flatten().min()
+                // Messages, FINs and resets wake the reader when they arrive (the network's
+                // schedule); only a deadline of the reader's own needs a timer.
+                deadline
             };
             let Some(at) = wait_until else { return Poll::Pending };
             let sleep = match &mut self.sleep {
@@ -320,6 +386,7 @@ impl Drop for Stream {
             link.pipes[me].queue.clear();
             if !cut {
                 link.pipes[peer].reset(back);
+                net.schedule(back, &self.link, peer);
             }
             return;
         }
@@ -332,7 +399,7 @@ impl Drop for Stream {
         let due = pipe.last_due.map_or(now + latency, |last| last.max(now + latency));
         pipe.last_due = Some(due);
         pipe.queue.push_back((due, Msg::Fin));
-        pipe.wake();
+        net.schedule(due, &self.link, peer);
     }
 }
 
