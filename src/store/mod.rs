@@ -113,6 +113,21 @@ pub enum StoreError {
         /// The sessions that held the locks after the last try.
         holders: Vec<lock_wait::LockHolder>,
     },
+    /// A SQLite write gave up after waiting `waited` (the busy timeout) for the database's
+    /// write lock, which the named processes held (see [`sqlite::lock_holders`]).
+    #[error(
+        "the SQLite database {} stayed locked for {waited:?}: {}",
+        database.display(),
+        sqlite::lock_holders::holders_text(holders)
+    )]
+    FileLocked {
+        /// The database file.
+        database: std::path::PathBuf,
+        /// How long the write waited (the connection's busy timeout).
+        waited: Duration,
+        /// The processes holding locks on the database's files when it gave up.
+        holders: Vec<sqlite::lock_holders::FileLockHolder>,
+    },
     /// The store refused the request, saying why.
     #[error("store refused {operation}: {reason}")]
     Refused {

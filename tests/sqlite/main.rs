@@ -20,4 +20,5 @@ mod lease_clock;
 mod metrics;
 mod routing;
 mod sigstop;
+mod stopped_writer;
 mod threads;

@@ -26,6 +26,8 @@ use super::{layout, queue, schema};
 /// One SQLite connection for the admin operations.
 pub struct SqliteAdmin {
     conn: Connection,
+    /// The database file: a write that gives up waiting for its lock names the holders.
+    path: std::path::PathBuf,
 }
 
 impl SqliteAdmin {
@@ -34,10 +36,12 @@ impl SqliteAdmin {
     /// [`OpenError::Unusable`]. Its commits are [`Durability::Full`].
     pub fn open(path: &Path, mode: OpenMode) -> Result<Self, OpenError> {
         let opened = schema::open(path, mode).and_then(|conn| {
-            let mut admin = Self { conn };
+            let mut admin = Self { conn, path: path.to_owned() };
             admin.set_durability(Durability::Full)?;
             Ok(admin)
         });
+        let opened = opened
+            .map_err(|e| super::lock_holders::explain_busy(e, path, schema::DEFAULT_BUSY_TIMEOUT));
         match opened {
             Ok(admin) => Ok(admin),
             Err(error @ (StoreError::Refused { .. } | StoreError::CannotOpen { .. })) => {
@@ -48,6 +52,15 @@ impl SqliteAdmin {
     }
 }
 
+impl SqliteAdmin {
+    /// `result`, with a write that gave up on the database's lock reported with its holders.
+    fn located<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        result.map_err(|e| {
+            super::lock_holders::explain_busy(e, &self.path, schema::DEFAULT_BUSY_TIMEOUT)
+        })
+    }
+}
+
 impl Admin for SqliteAdmin {
     fn schema_version(&self) -> i32 {
         schema::SCHEMA_VERSION
@@ -55,7 +68,8 @@ impl Admin for SqliteAdmin {
 
     async fn migrate(&mut self) -> Result<Vec<i32>, StoreError> {
         // Opening for migration applied nothing; this applies what was missing and reports it.
-        schema::migrate(&mut self.conn)
+        let applied = schema::migrate(&mut self.conn);
+        self.located(applied)
     }
 
     async fn enqueue(
@@ -64,11 +78,12 @@ impl Admin for SqliteAdmin {
         _serialise_keys: bool,
     ) -> Result<EnqueueReport, StoreError> {
         // One writer at a time: rows of one key always commit in seq order.
-        queue::enqueue(&mut self.conn, events)
+        let report = queue::enqueue(&mut self.conn, events);
+        self.located(report)
     }
 
     async fn record_layout(&mut self, count: PartitionCount) -> Result<LayoutRecord, StoreError> {
-        layout::record(&self.conn, count)
+        self.located(layout::record(&self.conn, count))
     }
 
     async fn routing_state(&self) -> Result<RoutingState, StoreError> {
@@ -84,7 +99,8 @@ impl Admin for SqliteAdmin {
         key: &str,
         partition: Option<PartitionId>,
     ) -> Result<PinChange, StoreError> {
-        layout::change_pin(&mut self.conn, key, partition)
+        let change = layout::change_pin(&mut self.conn, key, partition);
+        self.located(change)
     }
 
     async fn lag(&self) -> Result<Vec<PartitionLag>, StoreError> {
@@ -112,7 +128,8 @@ impl Admin for SqliteAdmin {
     }
 
     async fn redrive(&mut self, id: i64) -> Result<Option<i64>, StoreError> {
-        queue::redrive(&mut self.conn, id)
+        let redriven = queue::redrive(&mut self.conn, id);
+        self.located(redriven)
     }
 
     async fn switch_online(
@@ -120,7 +137,8 @@ impl Admin for SqliteAdmin {
         from: PartitionCount,
         to: PartitionCount,
     ) -> Result<Layout, StoreError> {
-        queue::switch_online(&mut self.conn, from, to)
+        let layout = queue::switch_online(&mut self.conn, from, to);
+        self.located(layout)
     }
 
     async fn endpoints(&self) -> Result<Vec<EndpointRow>, StoreError> {
@@ -128,11 +146,11 @@ impl Admin for SqliteAdmin {
     }
 
     async fn set_endpoint(&mut self, row: &EndpointRow) -> Result<bool, StoreError> {
-        super::endpoints::set(&self.conn, row)
+        self.located(super::endpoints::set(&self.conn, row))
     }
 
     async fn remove_endpoint(&mut self, key: &str) -> Result<bool, StoreError> {
-        super::endpoints::remove(&self.conn, key)
+        self.located(super::endpoints::remove(&self.conn, key))
     }
 
     async fn dead_letters_below(
@@ -164,7 +182,8 @@ impl Admin for SqliteAdmin {
             "DELETE FROM delivery_queue; DELETE FROM keyorder_lease;
              DELETE FROM keyorder_layout; DELETE FROM keyorder_pin;"
         };
-        Ok(self.conn.execute_batch(sql)?)
+        let emptied = self.conn.execute_batch(sql).map_err(StoreError::from);
+        self.located(emptied)
     }
 
     fn deletes_leave_bloat(&self) -> bool {

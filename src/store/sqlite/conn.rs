@@ -3,7 +3,7 @@
 //! also run a periodic job of its own (a lease or membership renewal) between requests, on
 //! its own timer, so renewal goes on while the async side waits on a long delivery.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -24,6 +24,10 @@ pub(crate) struct Tick {
 /// The handle of a connection thread. Dropping it ends the thread and closes the connection.
 pub(crate) struct Conn {
     tx: mpsc::Sender<Job>,
+    /// The database, and how long a statement waits for its locks: a write that gives up is
+    /// reported with the processes holding them ([`super::lock_holders`]).
+    path: PathBuf,
+    busy_timeout: Duration,
 }
 
 /// The pragmas every connection opens with: WAL (readers never block the writer), NORMAL
@@ -66,6 +70,7 @@ impl Conn {
     ) -> Result<Conn, StoreError> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let database = path.to_owned();
         let path = path.to_owned();
         std::thread::Builder::new().name("keyorder-sqlite".into()).spawn(move || {
             let conn = match open_existing(&path, busy_timeout) {
@@ -80,8 +85,9 @@ impl Conn {
             };
             serve(conn, rx, tick);
         })?;
-        ready_rx.await.map_err(|_| gone())??;
-        Ok(Conn { tx })
+        let opened = ready_rx.await.map_err(|_| gone())?;
+        opened.map_err(|e| super::lock_holders::explain_busy(e, &database, busy_timeout))?;
+        Ok(Conn { tx, path: database, busy_timeout })
     }
 
     /// Runs `f` on the connection's thread and returns its answer.
@@ -96,7 +102,8 @@ impl Conn {
                 let _ = tx.send(f(c));
             }))
             .map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())?
+        let answer = rx.await.map_err(|_| gone())?;
+        answer.map_err(|e| super::lock_holders::explain_busy(e, &self.path, self.busy_timeout))
     }
 
     /// Queues `f` without waiting for it (for clean-ups in `Drop`).

@@ -89,6 +89,7 @@ mod error;
 pub mod layout;
 pub mod lease_clock;
 pub mod local_fs;
+pub mod lock_holders;
 pub mod queue;
 pub mod schema;
 mod wal;
