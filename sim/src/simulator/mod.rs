@@ -11,7 +11,8 @@
 //!
 //! Determinism: one thread; hosts are polled in the order they were woken; the runtime's own
 //! RNG (`select!`) and the network's latencies are seeded from the run's seed; nothing reads
-//! the wall clock.
+//! the wall clock. The simulated clock is published to hosts through a thread-local, so a
+//! thread runs one simulation at a time (a sweep gives each of its threads its own).
 
 pub mod net;
 #[cfg(test)]
@@ -144,7 +145,11 @@ impl Builder {
     }
 
     /// Builds the simulation; its clock reads zero.
+    ///
+    /// # Panics
+    /// While another simulation on this thread is alive (they would share the clock).
     pub fn build(self) -> Sim {
+        assert!(CLOCK.get().is_none(), "one simulation per thread at a time");
         let mut rng = StdRng::seed_from_u64(self.seed);
         let mut builder = tokio::runtime::Builder::new_current_thread();
         builder.enable_time().start_paused(true);
