@@ -120,7 +120,8 @@ impl Net {
         self.arrivals.peek().map(|Reverse(a)| a.at)
     }
 
-    /// Wakes the readers of every arrival due by `now`, in the order scheduled.
+    /// Wakes the readers of every arrival due by `now`, earliest first (the order scheduled
+    /// among arrivals at one instant).
     pub(crate) fn deliver_due(&mut self, now: Instant) {
         while self.arrivals.peek().is_some_and(|Reverse(a)| a.at <= now) {
             let Some(Reverse(arrival)) = self.arrivals.pop() else { break };
@@ -184,6 +185,14 @@ impl Net {
                 }
             }
         }
+    }
+
+    /// Records a new connection, for cutting it later; forgets closed ones now and then.
+    fn opened(&mut self, link: &Rc<RefCell<Link>>) {
+        if self.links.len() >= 1024 && self.links.len().is_power_of_two() {
+            self.links.retain(|l| l.strong_count() > 0);
+        }
+        self.links.push(Rc::downgrade(link));
     }
 
     /// Repairs the link between `a` and `b`; what was lost stays lost.
@@ -462,7 +471,7 @@ impl Listener {
                 open: [true, true],
                 pipes: [Pipe::new(), Pipe::new()],
             }));
-            self.net.borrow_mut().links.push(Rc::downgrade(&link));
+            self.net.borrow_mut().opened(&link);
             let stream = Stream { net: self.net.clone(), link: link.clone(), side: 0, sleep: None };
             if pending.answer.send(link).is_ok() {
                 return Ok(stream);
