@@ -21,7 +21,9 @@ async fn version(c: &tokio_postgres::Client) -> i32 {
 /// `keyorder migrate` with a migration pending, while a session sits idle in a transaction
 /// that read `delivery_queue`: a plain SQL producer keeps inserting (none waits past its 5 s
 /// statement timeout), and the migration fails within its --lock-wait, naming that session and
-/// applying nothing. Once the transaction ends, the same command applies the migration.
+/// applying nothing (its concurrent index build, given up, leaves an invalid index). Once the
+/// transaction ends, the same command drops that index, builds it again and applies the
+/// migration.
 /// Without `lock_timeout` the migration's `ALTER TABLE` waits for the idle transaction and
 /// every insert queues behind it: the producer's statement timeout fails this test.
 #[test]
@@ -81,6 +83,18 @@ fn a_migration_behind_an_open_transaction_gives_up_and_never_holds_up_producers(
             assert!(stderr.contains(needle), "{needle:?} not in:\n{stderr}");
         }
         assert_eq!(version(&c).await, schema::SCHEMA_VERSION - 1, "a migration was applied");
+        // The concurrent build that gave up on its lock left its index invalid; the next run
+        // must drop and build it again rather than take it for done.
+        let valid: Option<bool> = c
+            .query_opt(
+                "SELECT indisvalid FROM pg_index
+                 WHERE indexrelid = to_regclass('delivery_queue_producer_seq_idx')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .map(|r| r.get(0));
+        assert_eq!(valid, Some(false), "the index build that gave up left no invalid index");
 
         held.commit().await.unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_keyorder"))
@@ -90,6 +104,16 @@ fn a_migration_behind_an_open_transaction_gives_up_and_never_holds_up_producers(
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(version(&c).await, schema::SCHEMA_VERSION);
+        let valid: bool = c
+            .query_one(
+                "SELECT indisvalid FROM pg_index
+                 WHERE indexrelid = 'delivery_queue_producer_seq_idx'::regclass",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(valid, "version 9 recorded with its index invalid");
     });
 }
 
@@ -150,5 +174,72 @@ fn a_switch_behind_an_open_producer_transaction_reports_gives_up_then_goes_throu
             tokio::join!(queue::switch_online(&mut admin, count(), to, &wait, &mut silent), ends);
         let layout = switched.expect("the switch goes through once the transaction ends");
         assert_eq!(layout.partitions, 32);
+    });
+}
+
+/// Version 9 builds its index on a full queue while a producer inserts with a 50 ms lock
+/// timeout: no insert waits that long, the version is recorded, the new index is valid and
+/// version 8's is gone. Built with a plain `CREATE INDEX` (as version 9 was first written), the
+/// index holds every insert off for its whole build (hundreds of ms on 600,000 rows) and an
+/// insert fails on its lock timeout.
+#[test]
+fn migration_9_builds_its_index_without_holding_off_writes() {
+    let Some(pg) = PgServer::start("migration_9_builds_its_index") else { return };
+    let url = pg.create_db("migrate_concurrently");
+    block_on(async {
+        let mut c = client(&url).await;
+        schema::migrate_to(&mut c, 8, &LockWait::default(), &mut None).await.unwrap();
+        layout::record(&c, count()).await.unwrap();
+        c.batch_execute(
+            "SET keyorder.routed = 'on';
+             INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+               SELECT g % 16, 'k' || (g % 5000), 'bulk' || g, '{}'
+               FROM generate_series(1, 600000) g;
+             RESET keyorder.routed;",
+        )
+        .await
+        .unwrap();
+        let producer = client(&url).await;
+        producer.batch_execute("SET lock_timeout = '50ms'").await.unwrap();
+        let migrating = std::cell::Cell::new(true);
+        let migrate = async {
+            let mut admin = client(&url).await;
+            let applied = schema::migrate(&mut admin).await;
+            migrating.set(false);
+            applied
+        };
+        let produce = async {
+            let mut during = 0;
+            while migrating.get() {
+                producer
+                    .execute(
+                        "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+                         VALUES (0, 'k', $1, '{}')",
+                        &[&format!("live{during}")],
+                    )
+                    .await
+                    .expect("an insert waited behind the migration's index build");
+                during += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            during
+        };
+        let (applied, during) = tokio::join!(migrate, produce);
+        assert_eq!(applied.unwrap(), [9]);
+        assert!(during >= 3, "only {during} inserts ran during the migration");
+        let indexes: Vec<(String, bool)> = c
+            .query(
+                "SELECT c.relname::text, i.indisvalid FROM pg_index i
+                 JOIN pg_class c ON c.oid = i.indexrelid
+                 WHERE i.indrelid = 'delivery_queue'::regclass AND c.relname LIKE '%producer%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(indexes, [("delivery_queue_producer_seq_idx".to_owned(), true)]);
+        assert_eq!(version(&c).await, 9);
     });
 }

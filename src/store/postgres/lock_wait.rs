@@ -27,8 +27,9 @@ pub(crate) type Try<'c, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> 
 
 /// Runs `attempt` until it does not give up on a lock, at most `wait.attempts` times, each
 /// under `lock_timeout = wait.attempt`, pausing `wait.pause` between tries and reporting each
-/// try that gave up to `report`. The try must be one transaction (a try that gives up rolls
-/// back). The session's `lock_timeout` is restored afterwards.
+/// try that gave up to `report`. A try that gives up must leave nothing the next try cannot
+/// redo (one transaction rolls back; a concurrent index build leaves an invalid index the
+/// next try drops). The session's `lock_timeout` is restored afterwards.
 pub(crate) async fn retrying<T>(
     client: &mut Client,
     wait: &LockWait,
