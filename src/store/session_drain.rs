@@ -9,7 +9,10 @@
 //!   `full_scan_every`, so a row that committed late, behind the cursor, is still found.
 //! * **Served while heard.** A row read ahead is handed out without a round trip only while the
 //!   session answered less than `ack_delay` ago; after that one round trip proves it again (the
-//!   buffered acknowledgements if any, else a ping). A holder whose session was lost may thus
+//!   buffered acknowledgements if any, else a ping). An answer counts from when its statement
+//!   was sent, not when it is read, and the lease asks again right before the send
+//!   ([`SessionDrain::must_prove`]), so a holder stopped in between (SIGSTOP, a frozen VM)
+//!   whose session ended meanwhile sends nothing. A holder whose session was lost may thus
 //!   start a delivery up to `ack_delay` after the loss: the liveness margin and the takeover
 //!   wait of a lease taken after a lost session both include it
 //!   ([`crate::store::postgres::admin::takeover_delay`]).
@@ -216,7 +219,7 @@ impl SessionDrain {
             if let Some(head) = self.ahead.front().filter(|h| h.wait.is_none()) {
                 // A partition slower than one delivery per `ack_delay` keeps its read-ahead:
                 // one round trip proves the session instead of a re-read.
-                if now.saturating_since(self.heard_at) >= self.options.ack_delay {
+                if self.must_prove(now) {
                     return HeadPlan::Prove;
                 }
                 return HeadPlan::Serve(head.clone());
@@ -227,9 +230,23 @@ impl SessionDrain {
         HeadPlan::Read(Read { after, full, at: now })
     }
 
-    /// The session answered a statement at `now`.
-    pub fn heard(&mut self, now: Time) {
-        self.heard_at = now;
+    /// Whether the session must be proved (one round trip) before a delivery starts at `now`:
+    /// its last answer is `ack_delay` old or older. A head is served only while the session was
+    /// heard within `ack_delay`, but a holder stopped between that and the send (SIGSTOP, a
+    /// frozen VM) may wake after its session ended some other way than by silence (a server
+    /// restart, a terminated backend) and its partition was taken: asked again right before the
+    /// send, this stops it.
+    pub fn must_prove(&self, now: Time) -> bool {
+        now.saturating_since(self.heard_at) >= self.options.ack_delay
+    }
+
+    /// The session answered a statement sent at `sent_at`. The answer proves the session alive
+    /// when the store ran the statement, which was after `sent_at` but may be long before the
+    /// answer is read: a process stopped (SIGSTOP, a frozen VM) while its answer waited in the
+    /// socket reads it on waking, after its session may have been ended and its lease taken.
+    /// So the send, not the read, is when it was heard.
+    pub fn heard(&mut self, sent_at: Time) {
+        self.heard_at = self.heard_at.max(sent_at);
     }
 
     /// The row to hand out: the oldest read ahead.
@@ -246,8 +263,8 @@ impl SessionDrain {
         self.watched.keys().copied().collect()
     }
 
-    /// Takes in the rows `read` returned, answered at `now`, oldest first, and what its
-    /// snapshot showed. Returns the read to run next, if any: when a watched transaction
+    /// Takes in the rows `read` returned, oldest first, and what its snapshot showed; the
+    /// session counts as heard when the read was planned (see [`Self::heard`]). Returns the read to run next, if any: when a watched transaction
     /// committed rows below where `read` started, a read from below them (these rows are
     /// dropped); when nothing was found after the cursor, one read from the beginning.
     pub fn filled(
@@ -255,9 +272,8 @@ impl SessionDrain {
         read: Read,
         mut rows: Vec<StoredHead>,
         seen: Seen<'_>,
-        now: Time,
     ) -> Option<Read> {
-        self.heard(now);
+        self.heard(read.at);
         let behind = self.watch(&rows, seen.running);
         if seen.late {
             // A watched transaction committed a row at or below where the read started: it
@@ -394,7 +410,7 @@ mod tests {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
         assert_eq!(r.after, Seq(0));
-        assert_eq!(d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET, ms(2)), None);
+        assert_eq!(d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET), None);
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(3)), HeadPlan::Serve(row(1, "a")));
         assert!(!d.acked(Seq(1), ms(4)));
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(40)), HeadPlan::Serve(row(2, "b")));
@@ -404,17 +420,36 @@ mod tests {
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(54)), HeadPlan::Serve(row(2, "b")));
     }
 
+    /// An answer proves the session when its statement was sent, however late it is read (a
+    /// stopped process reads on waking an answer that waited in its socket), and a send after
+    /// `ack_delay` of silence needs the session proved again.
+    #[test]
+    fn the_session_counts_as_heard_when_the_statement_was_sent() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        // Answered (read) whenever: heard at 1 ms, when the read was planned and sent.
+        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET);
+        assert!(!d.must_prove(ms(50)));
+        assert!(d.must_prove(ms(51)), "heard at the send, 50 ms before");
+        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(51)), HeadPlan::Prove);
+        // An older statement answered later does not move the record back.
+        d.heard(ms(60));
+        d.heard(ms(55));
+        assert!(!d.must_prove(ms(109)));
+        assert!(d.must_prove(ms(110)));
+    }
+
     #[test]
     fn an_empty_cursor_read_looks_behind_the_cursor_once() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(5, "a")], QUIET, ms(1));
+        d.filled(r, vec![row(5, "a")], QUIET);
         assert!(!d.acked(Seq(5), ms(2)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
         assert_eq!(r.after, Seq(5));
-        let again = d.filled(r, vec![], QUIET, ms(4)).expect("a look behind the cursor");
+        let again = d.filled(r, vec![], QUIET).expect("a look behind the cursor");
         assert_eq!(again.after, Seq(0));
-        assert_eq!(d.filled(again, vec![row(4, "late")], QUIET, ms(5)), None);
+        assert_eq!(d.filled(again, vec![row(4, "late")], QUIET), None);
         assert_eq!(d.head(), Some(row(4, "late")));
     }
 
@@ -422,16 +457,16 @@ mod tests {
     fn an_empty_partition_is_looked_at_with_one_read_from_the_beginning() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(5, "a")], QUIET, ms(1));
+        d.filled(r, vec![row(5, "a")], QUIET);
         d.acked(Seq(5), ms(2));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
-        let again = d.filled(r, vec![], QUIET, ms(3)).expect("a look behind the cursor");
-        assert_eq!(d.filled(again, vec![], QUIET, ms(4)), None);
+        let again = d.filled(r, vec![], QUIET).expect("a look behind the cursor");
+        assert_eq!(d.filled(again, vec![], QUIET), None);
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(100)));
         assert_eq!(r.after, Seq(0), "no read after the cursor first");
-        assert_eq!(d.filled(r, vec![], QUIET, ms(101)), None, "and no second read");
+        assert_eq!(d.filled(r, vec![], QUIET), None, "and no second read");
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(200)));
-        d.filled(r, vec![row(9, "b")], QUIET, ms(201));
+        d.filled(r, vec![row(9, "b")], QUIET);
         d.acked(Seq(9), ms(202));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(203)));
         assert_eq!(r.after, Seq(9), "rows found: the cursor again");
@@ -453,12 +488,12 @@ mod tests {
     fn unparking_a_key_forces_a_full_read_and_parking_drops_the_batch() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(2, "b"), row(3, "a")], QUIET, ms(1));
+        d.filled(r, vec![row(1, "a"), row(2, "b"), row(3, "a")], QUIET);
         d.acked(Seq(1), ms(2));
         let parked = ParkedKeys::new(["a".to_owned()]);
         let r = read(d.plan_head(&parked, ms(3)));
         assert_eq!(r.after, Seq(1), "parking reads on from the cursor");
-        d.filled(r, vec![row(2, "b")], QUIET, ms(3));
+        d.filled(r, vec![row(2, "b")], QUIET);
         d.acked(Seq(2), ms(4));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(5)));
         assert_eq!(r.after, Seq(0), "unparking reads from the start");
@@ -468,10 +503,10 @@ mod tests {
     fn a_row_the_barrier_holds_is_read_again_and_a_full_read_comes_every_second() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![waits(1, "a")], QUIET, ms(1));
+        d.filled(r, vec![waits(1, "a")], QUIET);
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
-        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET, ms(3));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET);
         d.acked(Seq(1), ms(4));
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(5)), HeadPlan::Serve(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1_004)));
@@ -482,12 +517,12 @@ mod tests {
     fn a_row_that_waits_ends_the_batch_and_as_the_head_is_read_again() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), waits(2, "b"), row(3, "c")], QUIET, ms(1));
+        d.filled(r, vec![row(1, "a"), waits(2, "b"), row(3, "c")], QUIET);
         assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Serve(row(1, "a")));
         d.acked(Seq(1), ms(3));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
         assert_eq!(r.after, Seq(1), "the waiting row was not kept");
-        d.filled(r, vec![waits(2, "b"), row(3, "c")], QUIET, ms(5));
+        d.filled(r, vec![waits(2, "b"), row(3, "c")], QUIET);
         assert_eq!(d.head(), Some(waits(2, "b")));
         // Its wait is over 100 ms later: the head is read again, not served with the old wait.
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(105)), HeadPlan::Read(_)));
@@ -497,11 +532,11 @@ mod tests {
     fn retries_and_dead_letters_drop_the_batch() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET, ms(1));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET);
         d.changed();
         assert!(matches!(d.plan_head(&ParkedKeys::NONE, ms(2)), HeadPlan::Read(_)));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(2)));
-        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET, ms(2));
+        d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET);
         d.dead_lettered(Seq(1));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(3)));
         assert_eq!(r.after, Seq(1));
@@ -512,7 +547,7 @@ mod tests {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         // Transaction 7 took seq 2 for key "k" and has not committed: rows 1 and 3 are seen.
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(3, "b")], running(&[7]), ms(1));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], running(&[7]));
         assert_eq!(d.watched(), vec![7]);
         d.acked(Seq(1), ms(2));
         d.acked(Seq(3), ms(3));
@@ -520,10 +555,10 @@ mod tests {
         // Transaction 7 commits seq 2, and key "k"'s next row (seq 4) commits after it.
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
         assert_eq!(r.after, Seq(3));
-        let behind = d.filled(r, vec![row(4, "k")], LATE, ms(5)).expect("a read from behind");
+        let behind = d.filled(r, vec![row(4, "k")], LATE).expect("a read from behind");
         assert_eq!(behind.after, Seq(0), "transaction 7 was running at the first read");
         assert_eq!(d.head(), None, "the rows read after the cursor are dropped");
-        assert_eq!(d.filled(behind, vec![row(2, "k"), row(4, "k")], QUIET, ms(6)), None);
+        assert_eq!(d.filled(behind, vec![row(2, "k"), row(4, "k")], QUIET), None);
         assert_eq!(d.head(), Some(row(2, "k")));
         assert!(d.watched().is_empty());
         d.acked(Seq(2), ms(7));
@@ -535,16 +570,16 @@ mod tests {
     fn a_transaction_that_started_after_a_read_is_looked_for_only_above_what_it_saw() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(3, "b")], QUIET, ms(1));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], QUIET);
         d.acked(Seq(1), ms(2));
         d.acked(Seq(3), ms(3));
         // Transaction 9 starts after that read, takes seq 5 and stays open while 6 goes.
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
-        d.filled(r, vec![row(6, "c")], running(&[9]), ms(5));
+        d.filled(r, vec![row(6, "c")], running(&[9]));
         d.acked(Seq(6), ms(6));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(7)));
         assert_eq!(r.after, Seq(6));
-        let behind = d.filled(r, vec![row(7, "c")], LATE, ms(8)).expect("a read from behind");
+        let behind = d.filled(r, vec![row(7, "c")], LATE).expect("a read from behind");
         assert_eq!(behind.after, Seq(3), "its rows lie above seq 3, the highest read before it");
     }
 
@@ -557,10 +592,7 @@ mod tests {
             // Transaction 4 (an idle session holding an id) runs through every read, and
             // each read sees another (an acknowledgement's delete) that finished since.
             let ids = [4, 100 + seq as u64];
-            assert_eq!(
-                d.filled(r, vec![row(seq, "a")], running(&ids), ms(10 * i as u64 + 1)),
-                None
-            );
+            assert_eq!(d.filled(r, vec![row(seq, "a")], running(&ids)), None);
             d.acked(Seq(seq), ms(10 * i as u64 + 2));
         }
         assert_eq!(d.watched(), vec![4, 105]);
@@ -570,12 +602,12 @@ mod tests {
     fn trusting_the_cursor_passes_a_row_that_commits_late() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0)).trusting_the_cursor();
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
-        d.filled(r, vec![row(1, "a"), row(3, "b")], running(&[7]), ms(1));
+        d.filled(r, vec![row(1, "a"), row(3, "b")], running(&[7]));
         assert!(d.watched().is_empty(), "nothing is asked about");
         d.acked(Seq(1), ms(2));
         d.acked(Seq(3), ms(3));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(4)));
-        assert_eq!(d.filled(r, vec![row(4, "k")], QUIET, ms(5)), None, "no read from behind");
+        assert_eq!(d.filled(r, vec![row(4, "k")], QUIET), None, "no read from behind");
         assert_eq!(d.head(), Some(row(4, "k")));
     }
 }

@@ -575,3 +575,56 @@ fn a_head_read_again_after_its_retry_time_no_longer_waits() {
         assert_eq!(again.wait, None, "the head came back with the wait of an earlier read");
     });
 }
+
+/// A holder stopped between a head its drain served from the read-ahead and that head's send
+/// (SIGSTOP, a frozen VM) proves its session again before the send once its last answer is
+/// `ack_delay` (50 ms) old. Its session may have ended meanwhile some other way than by its
+/// silence (a server restart, a terminated backend) and its partition been taken: then the
+/// check fails and nothing is sent. The simulation found this (its medium seed 2358, saved as
+/// `testdata/regressions/session-lease-stopped-between-head-and-send.json`): with the check
+/// skipped this test fails at the ended session.
+#[test]
+fn a_holder_stopped_between_a_served_head_and_its_send_proves_its_session_first() {
+    let Some(pg) = PgServer::start("a_holder_stopped_between_a_served_head") else { return };
+    let url = pg.create_db("stopped_holder");
+    block_on(async {
+        let mut c = migrated(&url).await;
+        let keys: Vec<String> = (0..32).map(|i| format!("sub_{i}")).collect();
+        enqueue(&mut c, &events(&keys, 2)).await;
+        let busy: i16 = c
+            .query_one("SELECT partition FROM delivery_queue ORDER BY seq LIMIT 1", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let (p, other) = (PartitionId(busy as u16), PartitionId((busy as u16 + 1) % 16));
+        let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let needed = Duration::from_millis(500);
+
+        let mut lease = store.acquire(p).await.unwrap().expect("free partition");
+        lease.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap().expect("a head");
+        lease.ensure_lasts(needed).await.expect("a head served just now may be sent");
+        // Stopped for longer than `ack_delay`; meanwhile the server ends its session.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let killed: bool = c
+            .query_one(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks
+                 WHERE locktype = 'advisory' AND classid = 4711 AND objid = $1 AND objsubid = 2
+                   AND granted",
+                &[&u32::from(p.0)],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(killed, "no session held the lease");
+        assert!(
+            lease.ensure_lasts(needed).await.is_err(),
+            "a holder whose session ended while it was stopped would send the head it held"
+        );
+
+        // A session that lived through the stop is proved in one round trip, and the send goes.
+        let mut alive = store.acquire(other).await.unwrap().expect("free partition");
+        alive.fetch_head(&keyorder::drain::ParkedKeys::NONE).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        alive.ensure_lasts(needed).await.expect("a live session is proved");
+    });
+}

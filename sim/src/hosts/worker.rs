@@ -458,11 +458,11 @@ impl SimLease {
         }
     }
 
-    /// A session lease's statement answered: what its drain knows of the session.
-    fn heard(&mut self) {
-        let now = self.clock.now();
+    /// A session lease's statement, sent at `sent`, answered: what its drain knows of the
+    /// session (heard when the statement was sent, see `SessionDrain::heard`).
+    fn heard(&mut self, sent: Time) {
         if let Some(d) = &mut self.drain {
-            d.heard(now);
+            d.heard(sent);
         }
     }
 
@@ -523,8 +523,9 @@ impl SimLease {
         let Some(d) = self.drain.as_mut().filter(|d| d.has_acks()) else { return Ok(()) };
         let seqs = d.take_acks();
         let req = StoreRequest::AckMany { partition: self.partition, epoch: self.epoch, seqs };
+        let sent = self.clock.now();
         self.expect_ok(req, "ack").await?;
-        self.heard();
+        self.heard(sent);
         Ok(())
     }
 
@@ -533,8 +534,9 @@ impl SimLease {
         if self.drain.as_ref().is_some_and(SessionDrain::has_acks) {
             return self.flush_acks().await;
         }
+        let sent = self.clock.now();
         self.expect_ok(StoreRequest::Ping, "ping").await?;
-        self.heard();
+        self.heard(sent);
         Ok(())
     }
 
@@ -560,9 +562,8 @@ impl SimLease {
                 }
                 other => return Err(unexpected("fetch_head", other)),
             };
-            let now = self.clock.now();
             let seen = Seen { running: &running, late };
-            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, seen, now));
+            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, seen));
         }
         Ok(())
     }
@@ -631,6 +632,11 @@ impl LeaseSession for SimLease {
 
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
         gate(&self.control, &self.worker).await;
+        // A session lease proves its session again when it was last heard `ack_delay` ago or
+        // more, as production PostgreSQL's does (`SessionDrain::must_prove`).
+        if self.drain.as_ref().is_some_and(|d| d.must_prove(self.clock.now())) {
+            return self.prove().await;
+        }
         let Some(e) = &mut self.expiry else { return Ok(()) };
         // The store's expiry against this holder's clock, which may run up to the margin
         // behind the store's; when it is too close, one fenced renewal answers again, as
@@ -750,8 +756,9 @@ impl LeaseSession for SimLease {
             retry_in_us: retry_in.as_micros() as u64,
             error: error.to_owned(),
         };
+        let sent = self.clock.now();
         self.expect_ok(req, "schedule_retry").await?;
-        self.heard();
+        self.heard(sent);
         Ok(())
     }
 
@@ -775,6 +782,7 @@ impl LeaseSession for SimLease {
             attempts,
             reason: reason.to_owned(),
         };
+        let sent = self.clock.now();
         self.expect_ok(req, "dead_letter").await?;
         if let Some(d) = &mut self.drain {
             d.dead_lettered(seq);
@@ -782,7 +790,7 @@ impl LeaseSession for SimLease {
         if let Some(e) = &mut self.expiry {
             e.cursor.passed(seq);
         }
-        self.heard();
+        self.heard(sent);
         Ok(())
     }
 

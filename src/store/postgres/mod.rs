@@ -435,13 +435,10 @@ impl PgLease {
         }
         let seqs: Vec<i64> = self.drain.take_acks().into_iter().map(|s| s.0).collect();
         let delete = self.prepared().await?.delete_acks.clone();
+        let sent = self.clock.now();
         self.client.execute(&delete, &[&self.p(), &seqs]).await?;
-        self.heard();
+        self.drain.heard(sent);
         Ok(())
-    }
-
-    fn heard(&mut self) {
-        self.drain.heard(self.clock.now());
     }
 
     /// One round trip that proves the session: the buffered acknowledgements, else a ping.
@@ -450,8 +447,9 @@ impl PgLease {
             return self.flush_acks().await;
         }
         let ping = self.prepared().await?.ping.clone();
+        let sent = self.clock.now();
         self.client.execute(&ping, &[]).await?;
-        self.heard();
+        self.drain.heard(sent);
         Ok(())
     }
 
@@ -461,7 +459,7 @@ impl PgLease {
         while let Some(read) = next {
             let (rows, running, late) = self.read_batch(read.after.0).await?;
             let seen = Seen { running: &running, late };
-            next = self.drain.filled(read, rows, seen, self.clock.now());
+            next = self.drain.filled(read, rows, seen);
         }
         Ok(())
     }
@@ -542,6 +540,17 @@ impl LeaseSession for PgLease {
         self.prove().await
     }
 
+    async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
+        let _ = needed;
+        // The head was served while the session was heard within `ack_delay`; a holder stopped
+        // since (SIGSTOP, a VM freeze) proves its session again before it sends, or finds it
+        // gone (`SessionDrain::must_prove`).
+        if self.drain.must_prove(self.clock.now()) {
+            self.prove().await?;
+        }
+        Ok(())
+    }
+
     async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
         match self.drain.plan_head(skip, self.clock.now()) {
             HeadPlan::Serve(head) => Ok(Some(head)),
@@ -575,6 +584,7 @@ impl LeaseSession for PgLease {
         self.drain.changed();
         let attempts = i16::try_from(attempts).unwrap_or(i16::MAX);
         let micros = i64::try_from(retry_in.as_micros()).unwrap_or(i64::MAX);
+        let sent = self.clock.now();
         self.client
             .execute(
                 "UPDATE delivery_queue
@@ -583,7 +593,7 @@ impl LeaseSession for PgLease {
                 &[&self.p(), &seq.0, &attempts, &(micros as f64), &error],
             )
             .await?;
-        self.heard();
+        self.drain.heard(sent);
         Ok(())
     }
 
@@ -598,6 +608,7 @@ impl LeaseSession for PgLease {
         let attempts = i16::try_from(attempts).unwrap_or(i16::MAX);
         // One statement, so one transaction: the row leaves the queue and enters the DLQ
         // together or not at all.
+        let sent = self.clock.now();
         self.client
             .execute(
                 "WITH moved AS (
@@ -609,7 +620,7 @@ impl LeaseSession for PgLease {
             )
             .await?;
         self.drain.dead_lettered(seq);
-        self.heard();
+        self.drain.heard(sent);
         Ok(())
     }
 
