@@ -13,6 +13,21 @@ use keyorder::PartitionCount;
 use super::harness::PgServer;
 use super::util::*;
 
+/// A plain SQL producer's insert of one row into partition 0 (the reference producer's
+/// statement: the column defaults do the rest).
+async fn plain_insert(
+    producer: &tokio_postgres::Client,
+    event_id: &str,
+) -> Result<u64, tokio_postgres::Error> {
+    producer
+        .execute(
+            "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
+             VALUES (0, 'k', $1, '{}')",
+            &[&event_id],
+        )
+        .await
+}
+
 /// The newest applied schema version.
 async fn version(c: &tokio_postgres::Client) -> i32 {
     c.query_one("SELECT max(version) FROM keyorder_migrations", &[]).await.unwrap().get(0)
@@ -58,12 +73,7 @@ fn a_migration_behind_an_open_transaction_gives_up_and_never_holds_up_producers(
         let mut inserted = 0;
         while migrate.try_wait().unwrap().is_none() {
             assert!(start.elapsed() < Duration::from_secs(30), "migrate did not give up");
-            producer
-                .execute(
-                    "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
-                     VALUES (0, 'k', $1, '{}')",
-                    &[&format!("e{inserted}")],
-                )
+            plain_insert(&producer, &format!("e{inserted}"))
                 .await
                 .expect("an insert waited behind the migration");
             inserted += 1;
@@ -211,12 +221,7 @@ fn migration_9_builds_its_index_without_holding_off_writes() {
         let produce = async {
             let mut during = 0;
             while migrating.get() {
-                producer
-                    .execute(
-                        "INSERT INTO delivery_queue (partition, partition_key, event_id, payload)
-                         VALUES (0, 'k', $1, '{}')",
-                        &[&format!("live{during}")],
-                    )
+                plain_insert(&producer, &format!("live{during}"))
                     .await
                     .expect("an insert waited behind the migration's index build");
                 during += 1;
