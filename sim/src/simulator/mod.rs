@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use net::{Net, SharedNet};
 
-/// A host's index in its simulation.
+/// A host's index in its simulation: the same in the network and in the simulator's hosts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HostId(pub(crate) usize);
 
@@ -113,7 +113,6 @@ impl Wake for HostWake {
 }
 
 struct Slot {
-    id: HostId,
     name: String,
     factory: Box<dyn Fn() -> HostFuture>,
     starts: u64,
@@ -196,15 +195,15 @@ impl Sim {
     /// start.
     pub fn host(&mut self, name: impl Into<String>, factory: impl Fn() -> HostFuture + 'static) {
         let name = name.into();
-        let id = self.net.borrow_mut().add_host(&name);
         let index = self.hosts.len();
+        let id = self.net.borrow_mut().add_host(&name);
+        assert_eq!(id, HostId(index), "hosts are numbered alike in the network and here");
         {
             let mut s = self.ready.state.lock().unwrap_or_else(|e| e.into_inner());
             s.woken.push(false);
         }
         let waker = Waker::from(Arc::new(HostWake { index, ready: self.ready.clone() }));
         self.hosts.push(Slot {
-            id,
             name,
             factory: Box::new(factory),
             starts: 0,
@@ -263,7 +262,7 @@ impl Sim {
         let _rt = self.rt.enter();
         let slot = &mut self.hosts[index];
         slot.starts += 1;
-        self.net.borrow_mut().started(slot.id, slot.starts);
+        self.net.borrow_mut().started(HostId(index), slot.starts);
         let mut set = LocalSet::new();
         #[cfg(tokio_unstable)]
         set.unhandled_panic(tokio::runtime::UnhandledPanic::ShutdownRuntime);
@@ -283,7 +282,7 @@ impl Sim {
     pub fn crash(&mut self, name: &str) {
         let Some(index) = self.index(name) else { return };
         let _rt = self.rt.enter();
-        self.net.borrow_mut().stopped(self.hosts[index].id);
+        self.net.borrow_mut().stopped(HostId(index));
         drop(self.hosts[index].set.take());
     }
 
@@ -297,7 +296,7 @@ impl Sim {
     /// Cuts the network between two hosts.
     pub fn partition(&mut self, a: &str, b: &str) {
         if let (Some(a), Some(b)) = (self.index(a), self.index(b)) {
-            let (a, b) = (self.hosts[a].id, self.hosts[b].id);
+            let (a, b) = (HostId(a), HostId(b));
             self.net.borrow_mut().cut(a, b);
         }
     }
@@ -305,7 +304,7 @@ impl Sim {
     /// Repairs the network between two hosts.
     pub fn repair(&mut self, a: &str, b: &str) {
         if let (Some(a), Some(b)) = (self.index(a), self.index(b)) {
-            let (a, b) = (self.hosts[a].id, self.hosts[b].id);
+            let (a, b) = (HostId(a), HostId(b));
             self.net.borrow_mut().repair(a, b);
         }
     }
@@ -350,7 +349,7 @@ impl Sim {
                         break None;
                     }
                     for &index in batch.iter() {
-                        poll_host(net, &mut hosts[index]);
+                        poll_host(net, HostId(index), &mut hosts[index]);
                     }
                     batch.clear();
                     if let Some(f) = failure.borrow_mut().take() {
@@ -378,10 +377,10 @@ impl Sim {
     }
 }
 
-fn poll_host(net: &SharedNet, slot: &mut Slot) {
+fn poll_host(net: &SharedNet, id: HostId, slot: &mut Slot) {
     let Some(set) = slot.set.as_mut() else { return };
     slot.polls += 1;
-    CURRENT.with(|c| *c.borrow_mut() = Some((net.clone(), slot.id, slot.starts)));
+    CURRENT.with(|c| *c.borrow_mut() = Some((net.clone(), id, slot.starts)));
     let mut cx = Context::from_waker(&slot.waker);
     let finished = set.as_mut().poll(&mut cx).is_ready();
     CURRENT.with(|c| *c.borrow_mut() = None);

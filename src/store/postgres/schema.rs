@@ -286,10 +286,7 @@ pub async fn migrate_to(
 /// another session, or one that failed, is never taken for done.
 async fn apply(client: &mut Client, version: i32, m: &Migration) -> Result<bool, StoreError> {
     if !m.build.is_empty() || !m.drop.is_empty() {
-        let recorded = client
-            .query_opt("SELECT 1 FROM keyorder_migrations WHERE version = $1", &[&version])
-            .await?;
-        if recorded.is_some() {
+        if recorded(client, version).await? {
             return Ok(false);
         }
         for (name, create) in m.build {
@@ -304,9 +301,7 @@ async fn apply(client: &mut Client, version: i32, m: &Migration) -> Result<bool,
     }
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&MIGRATE_NAMESPACE]).await?;
-    let done =
-        tx.query_opt("SELECT 1 FROM keyorder_migrations WHERE version = $1", &[&version]).await?;
-    if done.is_some() {
+    if recorded(&tx, version).await? {
         tx.commit().await?;
         return Ok(false);
     }
@@ -325,6 +320,17 @@ async fn apply(client: &mut Client, version: i32, m: &Migration) -> Result<bool,
     tx.execute("INSERT INTO keyorder_migrations (version) VALUES ($1)", &[&version]).await?;
     tx.commit().await?;
     Ok(true)
+}
+
+/// Whether schema version `version` is recorded as applied.
+async fn recorded(
+    client: &impl tokio_postgres::GenericClient,
+    version: i32,
+) -> Result<bool, StoreError> {
+    let row = client
+        .query_opt("SELECT 1 FROM keyorder_migrations WHERE version = $1", &[&version])
+        .await?;
+    Ok(row.is_some())
 }
 
 /// Whether index `name` is valid (usable), `None` when there is none.

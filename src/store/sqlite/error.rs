@@ -15,8 +15,8 @@ impl From<rusqlite::Error> for StoreError {
 /// the file (or a file that is not a database) become [`StoreError::CannotOpen`], which the
 /// user can fix; anything else is returned as it is.
 pub(crate) fn opening(e: StoreError) -> StoreError {
+    let code = sqlite_code(&e);
     let StoreError::Backend { backend, source } = e else { return e };
-    let code = source.downcast_ref::<rusqlite::Error>().and_then(|s| s.sqlite_error_code());
     if matches!(
         code,
         Some(
@@ -30,4 +30,10 @@ pub(crate) fn opening(e: StoreError) -> StoreError {
     } else {
         StoreError::Backend { backend, source }
     }
+}
+
+/// SQLite's primary result code behind `e`, when `e` is a SQLite statement's error.
+pub(crate) fn sqlite_code(e: &StoreError) -> Option<ErrorCode> {
+    let StoreError::Backend { source, .. } = e else { return None };
+    source.downcast_ref::<rusqlite::Error>().and_then(rusqlite::Error::sqlite_error_code)
 }

@@ -82,14 +82,7 @@ pub(crate) fn holders_text(holders: &[FileLockHolder]) -> String {
 /// `error` as [`StoreError::FileLocked`] when it is SQLite's `SQLITE_BUSY` (a write that gave
 /// up after `waited`), naming the holders of `database`'s locks; any other error unchanged.
 pub(crate) fn explain_busy(error: StoreError, database: &Path, waited: Duration) -> StoreError {
-    let busy = match &error {
-        StoreError::Backend { source, .. } => source
-            .downcast_ref::<rusqlite::Error>()
-            .and_then(rusqlite::Error::sqlite_error_code)
-            .is_some_and(|c| c == rusqlite::ErrorCode::DatabaseBusy),
-        _ => false,
-    };
-    if !busy {
+    if super::error::sqlite_code(&error) != Some(rusqlite::ErrorCode::DatabaseBusy) {
         return error;
     }
     StoreError::FileLocked { database: database.to_owned(), waited, holders: holders(database) }
