@@ -152,11 +152,6 @@ impl Builder {
         let mut rng = StdRng::seed_from_u64(self.seed);
         let mut builder = tokio::runtime::Builder::new_current_thread();
         builder.enable_time().start_paused(true);
-        #[cfg(tokio_unstable)]
-        {
-            let bytes: [u8; 32] = rng.random();
-            builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&bytes));
-        }
         let rt = builder.build().expect("a current-thread runtime builds");
         // The simulator owns the simulated clock: the one place that reads the runtime's.
         #[allow(clippy::disallowed_methods)]
@@ -264,8 +259,6 @@ impl Sim {
         slot.starts += 1;
         self.net.borrow_mut().started(HostId(index), slot.starts);
         let mut set = LocalSet::new();
-        #[cfg(tokio_unstable)]
-        set.unhandled_panic(tokio::runtime::UnhandledPanic::ShutdownRuntime);
         let software = (slot.factory)();
         let (failure, name) = (self.failure.clone(), slot.name.clone());
         set.spawn_local(async move {

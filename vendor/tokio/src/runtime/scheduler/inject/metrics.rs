@@ -1,7 +1,0 @@
-use super::Inject;
-
-impl<T: 'static> Inject<T> {
-    pub(crate) fn len(&self) -> usize {
-        self.shared.len()
-    }
-}
