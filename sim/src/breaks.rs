@@ -59,11 +59,16 @@ pub enum Break {
     /// (medium: a median of 4 seeds, worst 11, in 5 sweeps), so it is proven on a saved case
     /// (`testdata/regressions/break-cursor-past-late-commit.json`).
     CursorPastLateCommit,
+    /// The deliverer's own timeout gives up on a call before the worker's does, reports it as
+    /// never sent (so the head is retried at once and a lease is handed back clean), and leaves
+    /// the call running on its connection: the endpoint still works on the first delivery when
+    /// the next one arrives (an HTTP client whose timeout does not cancel the request).
+    TimeoutLeavesCallRunning,
 }
 
 impl Break {
     /// The catalogue, in order: every entry but `cursor-past-late-commit`.
-    pub const ALL: [Break; 13] = [
+    pub const ALL: [Break; 14] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -77,6 +82,7 @@ impl Break {
         Break::SkipWithoutParking,
         Break::PinWithoutBarrier,
         Break::CursorPastParked,
+        Break::TimeoutLeavesCallRunning,
     ];
 
     /// The violation the checker must report when this design runs.
@@ -89,7 +95,8 @@ impl Break {
             | Break::UnfencedLease
             | Break::ParallelInPartition
             | Break::HandoverAlwaysClean
-            | Break::UnfencedExpiry => Kind::Concurrent,
+            | Break::UnfencedExpiry
+            | Break::TimeoutLeavesCallRunning => Kind::Concurrent,
             Break::RequeueAtTail
             | Break::UnserialisedProducers
             | Break::SkipWithoutParking
@@ -116,6 +123,7 @@ impl Break {
             Break::PinWithoutBarrier => "pin-without-barrier",
             Break::CursorPastParked => "cursor-past-parked",
             Break::CursorPastLateCommit => "cursor-past-late-commit",
+            Break::TimeoutLeavesCallRunning => "timeout-leaves-call-running",
         }
     }
 }

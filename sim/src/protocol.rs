@@ -1,13 +1,17 @@
-//! The protocol between simulated hosts: typed requests and answers, one per network message
-//! over the simulator's connections.
+//! The store protocol between simulated hosts: requests and answers as length-prefixed JSON
+//! frames over turmoil-net's TCP (a 4-byte big-endian length, then the value), the bytes
+//! crossing the simulated wire as a real client's would.
 
 use std::time::Duration;
 
+use bytes::{Buf, BytesMut};
 use keyorder::drain::ParkedKeys;
 use keyorder::store::StoreError;
 use keyorder::{Epoch, PartitionId, Seq};
-
-use crate::simulator::net::{self, Stream};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use turmoil_net::shim::tokio::net::TcpStream;
 
 /// The store host's port.
 pub const STORE_PORT: u16 = 5432;
@@ -15,7 +19,7 @@ pub const STORE_PORT: u16 = 5432;
 pub const ENDPOINT_PORT: u16 = 80;
 
 /// A request to the store.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum StoreRequest {
     /// Membership: this session is the worker's control session.
     Register { worker: String },
@@ -100,7 +104,7 @@ impl StoreRequest {
 }
 
 /// The store's answer.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum StoreResponse {
     /// Done.
     Ok,
@@ -129,7 +133,7 @@ pub enum StoreResponse {
 
 /// A granted lease: its epoch, and whether the previous holder handed it back cleanly (or
 /// there never was one), so no delivery of an earlier holder can still be out.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Granted {
     pub epoch: Epoch,
     pub clean: bool,
@@ -138,7 +142,7 @@ pub struct Granted {
 }
 
 /// One lease's buffered acknowledgements in a [`StoreRequest::FlushAcks`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LeaseAcks {
     pub partition: PartitionId,
     pub epoch: Epoch,
@@ -146,14 +150,14 @@ pub struct LeaseAcks {
 }
 
 /// A lease by partition and epoch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct LeaseId {
     pub partition: PartitionId,
     pub epoch: Epoch,
 }
 
 /// A head row in a [`StoreResponse::Heads`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WireHead {
     pub seq: Seq,
     pub event_id: String,
@@ -163,69 +167,91 @@ pub struct WireHead {
     pub last_error: Option<String>,
 }
 
-/// A delivery request to an endpoint.
-#[derive(Clone, Debug)]
-pub struct DeliveryRequest {
-    pub delivery: u64,
-    pub partition: PartitionId,
-    pub seq: Seq,
-    pub event_id: String,
-    pub key: String,
-    pub attempt: u32,
-}
+/// The largest frame a peer may send: a head read of a few hundred rows fits many times over.
+const MAX_FRAME: usize = 1 << 20;
 
-/// An endpoint's answer: an HTTP-like status.
-#[derive(Clone, Debug)]
-pub struct DeliveryResponse {
-    pub status: u16,
-    pub retry_after_ms: Option<u64>,
-}
-
-/// One connection carrying typed messages, one per network message.
+/// One connection carrying framed values. Cancel-safe: a send or receive dropped half-way keeps
+/// what it had written or read, and the next call carries on from there.
 pub struct Conn {
-    stream: Stream,
+    stream: TcpStream,
+    /// Bytes read and not yet taken as a frame.
+    read: BytesMut,
+    /// Frames encoded and not yet written.
+    write: Vec<u8>,
 }
 
 impl Conn {
     /// Wraps a connected stream.
-    pub fn new(stream: Stream) -> Self {
-        Self { stream }
+    pub fn new(stream: TcpStream) -> Self {
+        Self { stream, read: BytesMut::with_capacity(512), write: Vec::with_capacity(256) }
     }
 
     /// Connects to `addr` within `timeout`.
     pub async fn connect(addr: (&str, u16), timeout: Duration) -> std::io::Result<Self> {
-        match tokio::time::timeout(timeout, net::connect(addr.0, addr.1)).await {
+        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(stream) => Ok(Self::new(stream?)),
             Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
         }
     }
 
-    /// Sends one message.
-    pub async fn send<T: 'static>(&mut self, msg: T) -> std::io::Result<()> {
-        self.stream.send(Box::new(msg))
+    /// Sends one value.
+    pub async fn send<T: Serialize>(&mut self, msg: &T) -> std::io::Result<()> {
+        let at = self.write.len();
+        self.write.extend_from_slice(&[0; 4]);
+        serde_json::to_writer(&mut self.write, msg).map_err(std::io::Error::other)?;
+        let len = (self.write.len() - at - 4) as u32;
+        self.write[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        self.flush().await
     }
 
-    /// Receives one message; `None` at a clean end of stream.
-    pub async fn recv<T: 'static>(&mut self) -> std::io::Result<Option<T>> {
-        let msg = self.stream.recv().await?;
-        Self::expect(msg)
+    /// Writes what earlier sends left unwritten.
+    async fn flush(&mut self) -> std::io::Result<()> {
+        while !self.write.is_empty() {
+            let n = self.stream.write(&self.write).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            self.write.drain(..n);
+        }
+        Ok(())
+    }
+
+    /// Receives one value; `None` at a clean end of stream.
+    pub async fn recv<T: DeserializeOwned>(&mut self) -> std::io::Result<Option<T>> {
+        self.flush().await?;
+        loop {
+            if self.read.len() >= 4 {
+                let len =
+                    u32::from_be_bytes([self.read[0], self.read[1], self.read[2], self.read[3]])
+                        as usize;
+                if len > MAX_FRAME {
+                    return Err(invalid(format!("a frame of {len} bytes")));
+                }
+                if self.read.len() >= 4 + len {
+                    self.read.advance(4);
+                    let frame = self.read.split_to(len);
+                    return serde_json::from_slice(&frame).map(Some).map_err(invalid);
+                }
+            }
+            if self.stream.read_buf(&mut self.read).await? == 0 {
+                return if self.read.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(std::io::ErrorKind::UnexpectedEof.into())
+                };
+            }
+        }
     }
 
     /// [`Conn::recv`], or a `TimedOut` error when nothing arrives within `limit`.
-    pub async fn recv_within<T: 'static>(&mut self, limit: Duration) -> std::io::Result<Option<T>> {
-        let msg = self.stream.recv_within(limit).await?;
-        Self::expect(msg)
-    }
-
-    /// The message as the type the protocol says comes next.
-    fn expect<T: 'static>(msg: Option<net::Message>) -> std::io::Result<Option<T>> {
-        let Some(msg) = msg else { return Ok(None) };
-        msg.downcast::<T>().map(|m| Some(*m)).map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("expected a {}", std::any::type_name::<T>()),
-            )
-        })
+    pub async fn recv_within<T: DeserializeOwned>(
+        &mut self,
+        limit: Duration,
+    ) -> std::io::Result<Option<T>> {
+        match tokio::time::timeout(limit, self.recv()).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out")),
+        }
     }
 
     /// Sends `req` and waits up to `timeout` for the answer. A timeout or a closed stream is an
@@ -236,7 +262,7 @@ impl Conn {
         operation: &'static str,
         timeout: Duration,
     ) -> Result<StoreResponse, StoreError> {
-        self.send(req.clone()).await?;
+        self.send(req).await?;
         match self.recv_within::<StoreResponse>(timeout).await {
             Ok(Some(resp)) => Ok(resp),
             Ok(None) => Err(closed().into()),
@@ -251,9 +277,13 @@ impl Conn {
     /// shared store wrapper already bounds by the request timeout
     /// ([`keyorder::store::timed`]). A closed stream is an error.
     pub async fn exchange(&mut self, req: &StoreRequest) -> Result<StoreResponse, StoreError> {
-        self.send(req.clone()).await?;
+        self.send(req).await?;
         Ok(self.recv::<StoreResponse>().await?.ok_or_else(closed)?)
     }
+}
+
+fn invalid(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a malformed frame: {e}"))
 }
 
 fn closed() -> std::io::Error {

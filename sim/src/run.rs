@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::breaks::Break;
 use crate::control::Control;
 use crate::faults::{FaultRunner, SwitchReport, World};
+use crate::hosts::deliverer::DeliveryBreak;
 use crate::hosts::endpoint::{self, Endpoints};
 use crate::hosts::producer::{Planned, ProducerHost, Routing};
 use crate::hosts::store::{self, StoreBreaks, StoreState};
@@ -137,7 +138,7 @@ fn add_hosts(sim: &mut Sim, scenario: &Scenario, world: &World, rng: &mut StdRng
             unfenced: scenario.has(Break::UnfencedLease),
             cursor_past_parked: scenario.has(Break::CursorPastParked),
             cursor_past_late_commit: scenario.has(Break::CursorPastLateCommit),
-            parallel: scenario.has(Break::ParallelInPartition),
+            delivery_break: delivery_break(scenario),
             clock: SimClock { offset_ms: scenario.lease.expiry().map_or(0, |e| e.skew(i)) },
             expiry: scenario.lease.expiry().map(|e| {
                 ExpiryClient::new(
@@ -169,6 +170,18 @@ fn add_hosts(sim: &mut Sim, scenario: &Scenario, world: &World, rng: &mut StdRng
             rec: world.rec.clone(),
         };
         sim.host(format!("producer-{index}"), host.factory());
+    }
+}
+
+/// The broken design on the workers' delivery path, if the scenario runs one.
+fn delivery_break(scenario: &Scenario) -> Option<DeliveryBreak> {
+    if scenario.has(Break::ParallelInPartition) {
+        Some(DeliveryBreak::Parallel)
+    } else if scenario.has(Break::TimeoutLeavesCallRunning) {
+        let after = Duration::from_millis(scenario.delivery_timeout_ms / 2);
+        Some(DeliveryBreak::LeavesCallRunning { after })
+    } else {
+        None
     }
 }
 

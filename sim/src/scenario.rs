@@ -92,6 +92,22 @@ pub struct EndpointSpec {
     /// arrival count (deterministic, but uneven across events: a flaky endpoint).
     #[serde(default)]
     pub flaky_percent: u32,
+    /// The first this-many arrivals of every event (after the failing and slow ones) get the
+    /// reply's head and half its body, then the connection closes.
+    #[serde(default)]
+    pub cut_reply_first: u32,
+    /// The first this-many requests of every event that come on a reused connection find it
+    /// closed by the server as they arrive (an idle timeout racing the reuse): not processed.
+    #[serde(default)]
+    pub close_on_reuse_first: u32,
+    /// The first this-many arrivals of every event (after the cut ones) meet a peer that goes
+    /// silent with the connection open: no answer, no close (half-open).
+    #[serde(default)]
+    pub silent_first: u32,
+    /// The first this-many arrivals of every event (after the silent ones) are answered 200
+    /// at once, but the body's end comes only after the slow delay (a slow reply body).
+    #[serde(default)]
+    pub slow_body_first: u32,
 }
 
 /// One key, its event count and its endpoint.
@@ -702,6 +718,12 @@ impl Scenario {
                 s.faults.retain(|f| !matches!(f.kind, FaultKind::Repartition { .. }));
                 pin_changes(&mut rng, &mut s, true);
             }
+            Break::TimeoutLeavesCallRunning => {
+                // Slow answers to give up on: every other key's first arrival of each event.
+                for k in s.keys.iter_mut().step_by(2) {
+                    k.endpoint.slow_first = k.endpoint.slow_first.max(1);
+                }
+            }
             Break::TwoReaders | Break::ParallelInPartition => {}
         }
         s.faults.sort_by_key(|f| f.at_ms);
@@ -839,6 +861,10 @@ fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {
         9..=12 => endpoint.slow_first = 1,
         13..=15 => endpoint.poison = vec![rng.random_range(0..events)],
         16..=19 => endpoint.flaky_percent = rng.random_range(10..=40),
+        20..=22 => endpoint.cut_reply_first = 1,
+        23..=25 => endpoint.close_on_reuse_first = 1,
+        26..=27 => endpoint.silent_first = 1,
+        28..=30 => endpoint.slow_body_first = 1,
         _ => {}
     }
     let n = events + rng.random_range(0..=events / 5);

@@ -14,6 +14,14 @@ use keyorder::{PartitionId, Seq, Time};
 /// The recorder shared by the hosts and the driver of one run.
 pub type SharedRecorder = Rc<RefCell<Recorder>>;
 
+/// What the recorder puts in each delivery's body, so that the endpoint's arrival is matched
+/// to the worker's delivery.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
+pub struct DeliveryTag {
+    /// The recorder's delivery id.
+    pub delivery: u64,
+}
+
 /// A delivery the worker sent that has not arrived yet.
 #[derive(Clone, Debug)]
 struct Pending {

@@ -13,9 +13,9 @@ use hyper::client::conn::{http1, TrySendError};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use super::connect::Connector;
 use super::target::Target;
 use super::tls::TlsConfig;
 use crate::address_policy::{AddressPolicy, Verdict};
@@ -40,14 +40,16 @@ impl std::fmt::Debug for Conn {
 }
 
 impl Conn {
-    /// Connects to `target` (TCP with `TCP_NODELAY`, then TLS when `tls` is given) within
+    /// Connects to `target` through `connector` (TCP with `TCP_NODELAY` in production, then TLS
+    /// when `tls` is given) within
     /// `timeout` for each step, and waits until the connection takes a request.
     ///
     /// With a `policy`, the host is resolved once, every address it resolved to is checked,
     /// and only those checked addresses are connected to (never the name again, so a DNS
     /// answer that changes in between cannot slip past): one refused address refuses the
     /// connection, since which address a name yields is up to whoever controls its DNS.
-    pub(super) async fn open(
+    pub(super) async fn open<C: Connector>(
+        connector: &C,
         target: &Target,
         tls: Option<&TlsConfig>,
         timeout: Duration,
@@ -61,7 +63,7 @@ impl Conn {
             )
         };
         let connect_err = |source| DeliverError::Connect { addr: addr.clone(), source };
-        let addresses = tokio::time::timeout(timeout, resolve(target))
+        let addresses = tokio::time::timeout(timeout, resolve(connector, target))
             .await
             .map_err(|_| timed_out("DNS answer"))
             .and_then(|r| r)
@@ -73,13 +75,11 @@ impl Conn {
                 }
             }
         }
-        let tcp = tokio::time::timeout(timeout, connect_any(&addresses))
+        let tcp = tokio::time::timeout(timeout, connect_any(connector, &addresses))
             .await
             .map_err(|_| timed_out("connection"))
             .and_then(|r| r)
             .map_err(connect_err)?;
-        tcp.set_nodelay(true)
-            .map_err(|source| DeliverError::Connect { addr: addr.clone(), source })?;
         let handshake = match tls {
             None => http1::handshake(TokioIo::new(tcp)).await.map(boxed),
             Some(config) => {
@@ -143,10 +143,10 @@ impl Conn {
 
 /// Every address of `target`'s host: the address itself, or what the resolver answers for the
 /// name. An IPv4-mapped IPv6 address is connected to as the IPv4 address it is.
-async fn resolve(target: &Target) -> std::io::Result<Vec<SocketAddr>> {
+async fn resolve<C: Connector>(connector: &C, target: &Target) -> std::io::Result<Vec<SocketAddr>> {
     let mut addresses: Vec<SocketAddr> = match target.ip() {
         Some(ip) => vec![SocketAddr::new(ip, target.port())],
-        None => tokio::net::lookup_host((target.host(), target.port())).await?.collect(),
+        None => connector.resolve(target.host(), target.port()).await?,
     };
     for a in &mut addresses {
         if let IpAddr::V6(v6) = a.ip() {
@@ -164,10 +164,13 @@ async fn resolve(target: &Target) -> std::io::Result<Vec<SocketAddr>> {
 
 /// A connection to the first of `addresses` that accepts one, tried in order (as the resolver
 /// ordered them); the last error if none does.
-async fn connect_any(addresses: &[SocketAddr]) -> std::io::Result<TcpStream> {
+async fn connect_any<C: Connector>(
+    connector: &C,
+    addresses: &[SocketAddr],
+) -> std::io::Result<C::Stream> {
     let mut last = None;
     for a in addresses {
-        match TcpStream::connect(a).await {
+        match connector.connect(*a).await {
             Ok(tcp) => return Ok(tcp),
             Err(e) => last = Some(e),
         }

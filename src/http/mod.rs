@@ -39,6 +39,7 @@ use crate::drain::Head;
 use crate::ids::PartitionId;
 
 mod conn;
+mod connect;
 mod routed;
 pub mod serve;
 pub mod sign;
@@ -52,6 +53,7 @@ pub use target::{Scheme, Target, UrlError};
 pub use tls::{TlsConfig, TlsError};
 
 use conn::{Conn, Req};
+pub use connect::{Connector, TcpConnector};
 
 /// The default limit of a reply body: 1 MiB.
 pub const DEFAULT_MAX_REPLY: usize = 1 << 20;
@@ -97,11 +99,13 @@ struct Shared {
     options: HttpOptions,
 }
 
-/// Delivers over HTTP(S). Each clone (one per leased partition) keeps its own connection and
-/// shares the configuration.
+/// Delivers over HTTP(S), reaching hosts through the connector `C` (the system's TCP unless
+/// the simulation plugs in its network). Each clone (one per leased partition) keeps its own
+/// connection and shares the configuration.
 #[derive(Debug)]
-pub struct HttpDeliverer {
+pub struct HttpDeliverer<C: Connector = TcpConnector> {
     shared: Arc<Shared>,
+    connector: C,
     conn: Option<Conn>,
     /// Set during a call: still set at the next call means the last one was abandoned.
     busy: bool,
@@ -113,8 +117,15 @@ impl HttpDeliverer {
         Self::with_options(target, HttpOptions::default())
     }
 
-    /// A deliverer to `target` with `options`.
+    /// A deliverer to `target` with `options`, over the system's TCP.
     pub fn with_options(target: Target, options: HttpOptions) -> Self {
+        Self::with_connector(target, options, TcpConnector)
+    }
+}
+
+impl<C: Connector> HttpDeliverer<C> {
+    /// A deliverer to `target` with `options` that resolves and connects through `connector`.
+    pub fn with_connector(target: Target, options: HttpOptions, connector: C) -> Self {
         let addr = target.authority();
         let tls = match target.scheme() {
             Scheme::Http => None,
@@ -122,7 +133,7 @@ impl HttpDeliverer {
         };
         let host = header(&addr);
         let shared = Shared { target, addr, host, tls, options };
-        Self { shared: Arc::new(shared), conn: None, busy: false }
+        Self { shared: Arc::new(shared), connector, conn: None, busy: false }
     }
 
     /// The target deliveries go to.
@@ -131,13 +142,19 @@ impl HttpDeliverer {
     }
 }
 
-impl Clone for HttpDeliverer {
+impl<C: Connector> Clone for HttpDeliverer<C> {
+    /// A clone shares the configuration and starts without a connection.
     fn clone(&self) -> Self {
-        Self { shared: self.shared.clone(), conn: None, busy: false }
+        Self {
+            shared: self.shared.clone(),
+            connector: self.connector.clone(),
+            conn: None,
+            busy: false,
+        }
     }
 }
 
-impl Deliver for HttpDeliverer {
+impl<C: Connector> Deliver for HttpDeliverer<C> {
     async fn deliver(
         &mut self,
         partition: PartitionId,
@@ -154,7 +171,7 @@ impl Deliver for HttpDeliverer {
     }
 }
 
-impl HttpDeliverer {
+impl<C: Connector> HttpDeliverer<C> {
     async fn exchange(
         &mut self,
         partition: PartitionId,
@@ -215,7 +232,8 @@ impl HttpDeliverer {
     async fn open(&self) -> Result<Conn, DeliverError> {
         let s = &self.shared;
         let policy = s.options.policy.as_ref();
-        Conn::open(&s.target, s.tls.as_ref(), s.options.connect_timeout, policy).await
+        Conn::open(&self.connector, &s.target, s.tls.as_ref(), s.options.connect_timeout, policy)
+            .await
     }
 
     fn failed(&self, source: hyper::Error) -> DeliverError {

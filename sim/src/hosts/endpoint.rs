@@ -1,23 +1,41 @@
-//! The endpoint host: records every arrival with the simulated time, then answers as the key's
-//! [`EndpointSpec`] says (fast, slow, failing, poison). One host serves every key.
+//! The endpoint host: an HTTP/1.1 server (hyper's, over turmoil-net's TCP) that records every
+//! request it takes with the simulated time, then answers as the key's [`EndpointSpec`] says:
+//! fast, slow, failing, poison, or with a fault only a wire has (a reply cut off half-way, a
+//! kept connection closed just as it is reused, a peer gone silent, a slow reply body). One
+//! host serves every key. The worker reaches it only through production's `HttpDeliverer`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::simulator::net::Listener;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{HeaderMap, RETRY_AFTER};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
 use keyorder::check::Outcome;
+use keyorder::{PartitionId, Seq};
+use tokio::sync::Notify;
+use turmoil_net::shim::tokio::net::TcpStream;
 
-use crate::protocol::{Conn, DeliveryRequest, DeliveryResponse, ENDPOINT_PORT};
+use crate::protocol::ENDPOINT_PORT;
 use crate::scenario::EndpointSpec;
-use crate::trace::SharedRecorder;
+use crate::trace::{DeliveryTag, SharedRecorder};
 
 /// Endpoint behaviour per key plus arrival counts per event (outside the factory).
 #[derive(Debug, Default)]
 pub struct Endpoints {
     specs: BTreeMap<String, EndpointSpec>,
     arrivals: BTreeMap<String, u32>,
+    /// Requests of each event turned away by a connection closed as it was reused.
+    closed_on_reuse: BTreeMap<String, u32>,
     /// How long a "slow" answer takes: beyond the workers' delivery timeout.
     slow: Duration,
 }
@@ -25,44 +43,88 @@ pub struct Endpoints {
 /// Shared endpoint state.
 pub type SharedEndpoints = Rc<RefCell<Endpoints>>;
 
+/// How the reply goes out on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wire {
+    /// Whole, after the answer's delay.
+    Whole,
+    /// The head and half the body, then the connection closes.
+    Cut,
+    /// Never: the peer keeps the connection open and says nothing more.
+    Silent,
+    /// The head at once, the body's end only after the answer's delay.
+    SlowBody,
+}
+
 /// An endpoint's decision for one arrival.
 struct Answer {
     status: u16,
     retry_after_ms: Option<u64>,
     delay: Duration,
+    wire: Wire,
 }
 
 impl Endpoints {
     /// Endpoints for `specs` (key → behaviour); slow answers take `slow`.
     pub fn new(specs: BTreeMap<String, EndpointSpec>, slow: Duration) -> SharedEndpoints {
-        Rc::new(RefCell::new(Endpoints { specs, arrivals: BTreeMap::new(), slow }))
+        Rc::new(RefCell::new(Endpoints { specs, slow, ..Default::default() }))
     }
 
-    fn answer(&mut self, req: &DeliveryRequest, rec: &SharedRecorder) -> Answer {
-        let spec = self.specs.get(&req.key).cloned().unwrap_or_default();
-        let n = self.arrivals.entry(req.event_id.clone()).or_default();
+    /// Whether a request of `event_id` that came on a reused connection finds the connection
+    /// closed by the server instead (the key's `close_on_reuse_first`).
+    fn closes_on_reuse(&mut self, key: &str, event_id: &str, rec: &SharedRecorder) -> bool {
+        let limit = self.specs.get(key).map_or(0, |s| s.close_on_reuse_first);
+        let n = self.closed_on_reuse.entry(event_id.to_owned()).or_default();
+        if *n >= limit {
+            return false;
+        }
+        *n += 1;
+        rec.borrow_mut().fault("close_on_reuse");
+        true
+    }
+
+    fn answer(&mut self, key: &str, event_id: &str, rec: &SharedRecorder) -> Answer {
+        let spec = self.specs.get(key).cloned().unwrap_or_default();
+        let n = self.arrivals.entry(event_id.to_owned()).or_default();
         *n += 1;
         let arrival = *n;
-        let number = event_number(&req.event_id);
+        let number = event_number(event_id);
         let latency = Duration::from_millis(spec.latency_ms);
         let mut rec = rec.borrow_mut();
+        let plain =
+            |status| Answer { status, retry_after_ms: None, delay: latency, wire: Wire::Whole };
         if number.is_some_and(|k| spec.poison.contains(&k)) {
             rec.fault("poison_endpoint");
-            return Answer { status: 500, retry_after_ms: None, delay: latency };
+            return plain(500);
         }
         if arrival <= spec.fail_first {
             rec.fault("failing_endpoint");
-            return Answer { status: 503, retry_after_ms: spec.retry_after_ms, delay: latency };
+            return Answer { retry_after_ms: spec.retry_after_ms, ..plain(503) };
         }
-        if spec.flaky_percent > 0 && flaky_roll(&req.event_id, arrival) < spec.flaky_percent {
+        if spec.flaky_percent > 0 && flaky_roll(event_id, arrival) < spec.flaky_percent {
             rec.fault("flaky_endpoint");
-            return Answer { status: 503, retry_after_ms: None, delay: latency };
+            return plain(503);
         }
-        if arrival <= spec.fail_first + spec.slow_first {
+        let mut past = spec.fail_first;
+        if arrival <= past + spec.slow_first {
             rec.fault("slow_endpoint");
-            return Answer { status: 200, retry_after_ms: None, delay: self.slow };
+            return Answer { delay: self.slow, ..plain(200) };
         }
-        Answer { status: 200, retry_after_ms: None, delay: latency }
+        past += spec.slow_first;
+        let wire_faults = [
+            (spec.cut_reply_first, Wire::Cut, "reply_cut"),
+            (spec.silent_first, Wire::Silent, "half_open"),
+            (spec.slow_body_first, Wire::SlowBody, "slow_body"),
+        ];
+        for (first, wire, kind) in wire_faults {
+            if arrival <= past + first {
+                rec.fault(kind);
+                let delay = if wire == Wire::SlowBody { self.slow } else { latency };
+                return Answer { delay, wire, ..plain(200) };
+            }
+            past += first;
+        }
+        plain(200)
     }
 }
 
@@ -84,37 +146,182 @@ pub fn host(
     move || {
         let (endpoints, rec) = (endpoints.clone(), rec.clone());
         Box::pin(async move {
-            let listener = Listener::bind(ENDPOINT_PORT)?;
+            let listener = super::listen(ENDPOINT_PORT).await?;
             loop {
-                let stream = listener.accept().await?;
-                tokio::task::spawn_local(serve(Conn::new(stream), endpoints.clone(), rec.clone()));
+                let (stream, _) = listener.accept().await?;
+                tokio::task::spawn_local(serve(stream, endpoints.clone(), rec.clone()));
             }
         })
     }
 }
 
-async fn serve(mut conn: Conn, endpoints: SharedEndpoints, rec: SharedRecorder) {
-    while let Ok(Some(req)) = conn.recv::<DeliveryRequest>().await {
-        let answer = endpoints.borrow_mut().answer(&req, &rec);
-        let outcome = if (200..300).contains(&answer.status) {
-            Outcome::Accepted
-        } else {
-            Outcome::Rejected(format!("HTTP {}", answer.status))
-        };
-        rec.borrow_mut().arrived(
-            req.delivery,
-            req.partition,
-            req.seq,
-            &req.event_id,
-            &req.key,
-            req.attempt,
-            outcome,
-        );
-        tokio::time::sleep(answer.delay).await;
-        let resp =
-            DeliveryResponse { status: answer.status, retry_after_ms: answer.retry_after_ms };
-        if conn.send(resp).await.is_err() {
-            return;
+/// What a connection's requests share: how many it has served, and the signal that closes it.
+#[derive(Default)]
+struct ConnState {
+    served: Cell<u32>,
+    close: Notify,
+}
+
+/// Serves one connection with keep-alive until the client closes it or a fault closes it.
+async fn serve(stream: TcpStream, endpoints: SharedEndpoints, rec: SharedRecorder) {
+    let state = Rc::new(ConnState::default());
+    let conn_state = state.clone();
+    let service = service_fn(move |req| {
+        let (endpoints, rec, state) = (endpoints.clone(), rec.clone(), conn_state.clone());
+        async move { Ok::<_, Infallible>(respond(req, &endpoints, &rec, &state).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        biased;
+        () = state.close.notified() => {}
+        _ = conn => {}
+    }
+}
+
+/// The event a request carries, from the deliverer's headers and the recorder's body tag.
+struct Carried {
+    event_id: String,
+    key: String,
+    seq: Seq,
+    partition: PartitionId,
+    attempt: u32,
+    tag: DeliveryTag,
+}
+
+fn carried(headers: &HeaderMap, body: &[u8]) -> Option<Carried> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    Some(Carried {
+        event_id: text("x-keyorder-event-id")?.to_owned(),
+        key: text("x-keyorder-key")?.to_owned(),
+        seq: Seq(text("x-keyorder-seq")?.parse().ok()?),
+        partition: PartitionId(text("x-keyorder-partition")?.parse().ok()?),
+        attempt: text("x-keyorder-attempt")?.parse().ok()?,
+        tag: serde_json::from_slice(body).ok()?,
+    })
+}
+
+async fn respond(
+    req: Request<Incoming>,
+    endpoints: &SharedEndpoints,
+    rec: &SharedRecorder,
+    state: &ConnState,
+) -> Response<Reply> {
+    let reused = state.served.get() > 0;
+    state.served.set(state.served.get() + 1);
+    let (parts, body) = req.into_parts();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return std::future::pending().await,
+    };
+    let Some(c) = carried(&parts.headers, &body) else {
+        return reply(400, None, Reply::whole());
+    };
+    if reused && endpoints.borrow_mut().closes_on_reuse(&c.key, &c.event_id, rec) {
+        // As if an idle timeout closed the connection just as the request came in: nothing
+        // was processed, and the client sees the connection end before any answer.
+        state.close.notify_one();
+        return std::future::pending().await;
+    }
+    let answer = endpoints.borrow_mut().answer(&c.key, &c.event_id, rec);
+    if answer.wire == Wire::Silent {
+        // The peer goes quiet with the connection open: no answer, no close.
+        return std::future::pending().await;
+    }
+    let outcome = if (200..300).contains(&answer.status) {
+        Outcome::Accepted
+    } else {
+        Outcome::Rejected(format!("HTTP {}", answer.status))
+    };
+    rec.borrow_mut().arrived(
+        c.tag.delivery,
+        c.partition,
+        c.seq,
+        &c.event_id,
+        &c.key,
+        c.attempt,
+        outcome,
+    );
+    let body = match answer.wire {
+        Wire::Cut => Reply { stage: Stage::Cut, sleep: None },
+        Wire::SlowBody => Reply { stage: Stage::Slow(answer.delay), sleep: None },
+        Wire::Whole | Wire::Silent => {
+            tokio::time::sleep(answer.delay).await;
+            Reply::whole()
+        }
+    };
+    reply(answer.status, answer.retry_after_ms, body)
+}
+
+fn reply(status: u16, retry_after_ms: Option<u64>, body: Reply) -> Response<Reply> {
+    let mut builder = Response::builder().status(status);
+    if let Some(ms) = retry_after_ms {
+        // HTTP counts Retry-After in whole seconds.
+        builder = builder.header(RETRY_AFTER, ms.div_ceil(1000).to_string());
+    }
+    builder.body(body).unwrap_or_else(|_| Response::new(Reply::whole()))
+}
+
+/// A reply body as the endpoint's wire fault sends it.
+struct Reply {
+    stage: Stage,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+enum Stage {
+    /// The whole body, then the end.
+    Whole,
+    /// Half a body, then an error: hyper closes the connection mid-reply.
+    Cut,
+    /// Half a body at once, the rest after the delay.
+    Slow(Duration),
+    /// Half sent, the rest waits for the sleep.
+    Rest,
+    /// Half sent, the next poll fails.
+    Fail,
+    Done,
+}
+
+const REPLY: &[u8] = b"{\"ok\":true}";
+
+impl Reply {
+    fn whole() -> Self {
+        Reply { stage: Stage::Whole, sleep: None }
+    }
+}
+
+impl Body for Reply {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let half = Bytes::from_static(&REPLY[..REPLY.len() / 2]);
+        let rest = Bytes::from_static(&REPLY[REPLY.len() / 2..]);
+        match std::mem::replace(&mut self.stage, Stage::Done) {
+            Stage::Whole => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(REPLY))))),
+            Stage::Cut => {
+                self.stage = Stage::Fail;
+                Poll::Ready(Some(Ok(Frame::data(half))))
+            }
+            Stage::Fail => Poll::Ready(Some(Err(std::io::Error::other("reply cut off")))),
+            Stage::Slow(delay) => {
+                self.sleep = Some(Box::pin(tokio::time::sleep(delay)));
+                self.stage = Stage::Rest;
+                Poll::Ready(Some(Ok(Frame::data(half))))
+            }
+            Stage::Rest => {
+                let sleep = self.sleep.as_mut().expect("set with Stage::Rest");
+                if sleep.as_mut().poll(cx).is_pending() {
+                    self.stage = Stage::Rest;
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Ok(Frame::data(rest))))
+            }
+            Stage::Done => Poll::Ready(None),
         }
     }
 }

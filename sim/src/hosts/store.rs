@@ -19,7 +19,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::simulator::net::Listener;
 use keyorder::check::{Acked, DeadLettered, Enqueued, LeaseChange, LeaseEvent};
 use keyorder::drain::ParkedKeys;
 use keyorder::repartition::{barrier, Barrier, DEFAULT_HOLD_POLL};
@@ -849,9 +848,9 @@ pub fn host(
                 }
                 s.durable.boots += 1;
             }
-            let listener = Listener::bind(STORE_PORT)?;
+            let listener = super::listen(STORE_PORT).await?;
             loop {
-                let stream = listener.accept().await?;
+                let (stream, _) = listener.accept().await?;
                 let (state, rec) = (state.clone(), rec.clone());
                 tokio::task::spawn_local(serve(Conn::new(stream), state, rec, detection));
             }
@@ -873,7 +872,7 @@ async fn serve(mut conn: Conn, state: SharedStore, rec: SharedRecorder, detectio
             break "terminated";
         }
         let resp = state.borrow_mut().handle(id, req, now(), &rec);
-        if conn.send(resp).await.is_err() {
+        if conn.send(&resp).await.is_err() {
             break "connection error";
         }
     };

@@ -19,8 +19,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::clock::Clock;
-use keyorder::deliver::{Deliver, DeliverError};
-use keyorder::drain::{Head, ParkedKeys};
+use keyorder::drain::ParkedKeys;
 use keyorder::store::ack_buffer::{AckBuffer, LeaseKey};
 use keyorder::store::head_cursor::HeadCursor;
 use keyorder::store::read_ahead::ReadAhead;
@@ -29,10 +28,10 @@ use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreErr
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
 
+use super::deliverer;
 use crate::control::SharedControl;
 use crate::protocol::{
-    Conn, DeliveryRequest, DeliveryResponse, LeaseAcks, LeaseId, StoreRequest, StoreResponse,
-    WireHead, ENDPOINT_PORT, STORE_PORT,
+    Conn, LeaseAcks, LeaseId, StoreRequest, StoreResponse, WireHead, STORE_PORT,
 };
 use crate::trace::{now, SharedRecorder};
 
@@ -829,129 +828,6 @@ fn stored(h: WireHead) -> StoredHead {
     }
 }
 
-/// Delivers over one persistent connection per partition task; a connection whose request
-/// was abandoned (timeout) is replaced, so a late answer is never taken for the next one.
-pub struct SimDeliver {
-    worker: Rc<str>,
-    rec: SharedRecorder,
-    conn: Option<Conn>,
-    busy: bool,
-    connect_timeout: Duration,
-    /// `parallel-in-partition`: report success as soon as the request is sent, and let the
-    /// answer arrive in the background while the next event goes out.
-    parallel: bool,
-}
-
-impl Clone for SimDeliver {
-    /// A clone starts without a connection: each partition task opens its own.
-    fn clone(&self) -> Self {
-        Self {
-            worker: self.worker.clone(),
-            rec: self.rec.clone(),
-            conn: None,
-            busy: false,
-            connect_timeout: self.connect_timeout,
-            parallel: self.parallel,
-        }
-    }
-}
-
-/// Records the end of a delivery when dropped: on an answer, a timeout or a crash alike.
-struct Finish {
-    id: u64,
-    rec: SharedRecorder,
-}
-
-impl Drop for Finish {
-    fn drop(&mut self) {
-        self.rec.borrow_mut().finish_delivery(self.id);
-    }
-}
-
-impl Deliver for SimDeliver {
-    async fn deliver(
-        &mut self,
-        partition: PartitionId,
-        head: &Head,
-        attempt: u32,
-    ) -> Result<(), DeliverError> {
-        if std::mem::replace(&mut self.busy, true) {
-            self.conn = None;
-        }
-        let id = self.rec.borrow_mut().start_delivery(&self.worker);
-        let finish = Finish { id, rec: self.rec.clone() };
-        if self.parallel {
-            return self.fire_and_forget(partition, head, attempt, finish).await;
-        }
-        let _finish = finish;
-        let conn = match &mut self.conn {
-            Some(conn) => conn,
-            None => self
-                .conn
-                .insert(Conn::connect(("endpoint", ENDPOINT_PORT), self.connect_timeout).await?),
-        };
-        let req = DeliveryRequest {
-            delivery: id,
-            partition,
-            seq: head.seq,
-            event_id: head.event_id.clone(),
-            key: head.key.clone(),
-            attempt,
-        };
-        let answer = async {
-            conn.send(req).await?;
-            conn.recv::<DeliveryResponse>().await?.ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "endpoint closed the connection",
-                )
-            })
-        }
-        .await;
-        self.busy = false;
-        match answer {
-            Ok(resp) if (200..300).contains(&resp.status) => Ok(()),
-            Ok(resp) => Err(DeliverError::Status {
-                status: resp.status,
-                retry_after: resp.retry_after_ms.map(Duration::from_millis),
-            }),
-            Err(err) => {
-                self.conn = None;
-                Err(DeliverError::Io(err))
-            }
-        }
-    }
-}
-
-impl SimDeliver {
-    /// The `parallel-in-partition` design: a connection per delivery, the answer awaited in a
-    /// background task (which records when the delivery really ended).
-    async fn fire_and_forget(
-        &mut self,
-        partition: PartitionId,
-        head: &Head,
-        attempt: u32,
-        finish: Finish,
-    ) -> Result<(), DeliverError> {
-        let mut conn = Conn::connect(("endpoint", ENDPOINT_PORT), self.connect_timeout).await?;
-        let req = DeliveryRequest {
-            delivery: finish.id,
-            partition,
-            seq: head.seq,
-            event_id: head.event_id.clone(),
-            key: head.key.clone(),
-            attempt,
-        };
-        conn.send(req).await?;
-        let timeout = self.connect_timeout;
-        tokio::task::spawn_local(async move {
-            let _ = tokio::time::timeout(timeout, conn.recv::<DeliveryResponse>()).await;
-            drop(finish);
-        });
-        Ok(())
-    }
-}
-
 /// Writes the worker's own view of its leases into the trace (the store's view is there too):
 /// a lost lease shows the error that told the worker.
 fn trace_observer(name: Rc<str>, rec: SharedRecorder) -> worker::Observer {
@@ -993,8 +869,8 @@ pub struct WorkerHost {
     pub cursor_past_parked: bool,
     /// `cursor-past-late-commit`.
     pub cursor_past_late_commit: bool,
-    /// `parallel-in-partition`.
-    pub parallel: bool,
+    /// `parallel-in-partition` or `timeout-leaves-call-running`.
+    pub delivery_break: Option<deliverer::DeliveryBreak>,
     /// The worker's clock.
     pub clock: SimClock,
     /// Expiry leases; `None`: session locks.
@@ -1023,14 +899,11 @@ impl WorkerHost {
                     // A new process: nothing buffered survives a crash.
                     acks: Rc::default(),
                 };
-                let deliver = SimDeliver {
-                    worker: name,
-                    rec: this.rec.clone(),
-                    conn: None,
-                    busy: false,
-                    connect_timeout: this.request_timeout,
-                    parallel: this.parallel,
-                };
+                let http = deliverer::http_deliverer(this.request_timeout);
+                let deliver = deliverer::BrokenDelivery::new(
+                    deliverer::Recorded::new(http, name, this.rec.clone()),
+                    this.delivery_break,
+                );
 
                 worker::run(store, deliver, this.clock, config, std::future::pending()).await;
                 Ok(())
