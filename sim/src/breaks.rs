@@ -127,3 +127,61 @@ impl Break {
         }
     }
 }
+
+/// Every switch a scenario's broken designs turn on, decided in this one place from the
+/// scenario and handed to the parts that carry them out.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Switches {
+    /// The store host's.
+    pub store: crate::hosts::store::StoreBreaks,
+    /// The workers' store client's.
+    pub client: crate::hosts::store_client::ClientBreaks,
+    /// The workers' delivery path's.
+    pub delivery: Option<crate::hosts::deliverer::DeliveryBreak>,
+    /// `random-hash`: each producer routes with a hash of its own.
+    pub random_hash: bool,
+    /// `unserialised-producers`: producers commit one key's events concurrently.
+    pub unserialised_producers: bool,
+    /// `flip-without-drain`: the count changes with events queued.
+    pub flip_without_drain: bool,
+    /// `pin-without-barrier`: a pin takes effect at once.
+    pub pin_without_barrier: bool,
+    /// `unbounded-retry`: no maximum attempts.
+    pub unbounded_retry: bool,
+}
+
+impl Switches {
+    /// The switches of `scenario`'s broken designs.
+    pub fn of(scenario: &crate::Scenario) -> Self {
+        use crate::hosts::deliverer::DeliveryBreak;
+        let has = |b| scenario.has(b);
+        let delivery = if has(Break::ParallelInPartition) {
+            Some(DeliveryBreak::Parallel)
+        } else if has(Break::TimeoutLeavesCallRunning) {
+            let after = std::time::Duration::from_millis(scenario.delivery_timeout_ms / 2);
+            Some(DeliveryBreak::LeavesCallRunning { after })
+        } else {
+            None
+        };
+        Switches {
+            store: crate::hosts::store::StoreBreaks {
+                shared_locks: has(Break::TwoReaders),
+                requeue_at_tail: has(Break::RequeueAtTail),
+                always_clean: has(Break::HandoverAlwaysClean),
+                unfenced_expiry: has(Break::UnfencedExpiry),
+                skip_without_parking: has(Break::SkipWithoutParking),
+            },
+            client: crate::hosts::store_client::ClientBreaks {
+                unfenced: has(Break::UnfencedLease),
+                cursor_past_parked: has(Break::CursorPastParked),
+                cursor_past_late_commit: has(Break::CursorPastLateCommit),
+            },
+            delivery,
+            random_hash: has(Break::RandomHash),
+            unserialised_producers: has(Break::UnserialisedProducers),
+            flip_without_drain: has(Break::FlipWithoutDrain),
+            pin_without_barrier: has(Break::PinWithoutBarrier),
+            unbounded_retry: has(Break::UnboundedRetry),
+        }
+    }
+}

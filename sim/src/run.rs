@@ -12,14 +12,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::breaks::Break;
+use crate::breaks::Switches;
 use crate::control::Control;
 use crate::faults::{FaultRunner, SwitchReport, World};
-use crate::hosts::deliverer::DeliveryBreak;
 use crate::hosts::endpoint::{self, Endpoints};
 use crate::hosts::producer::{Planned, ProducerHost, Routing};
-use crate::hosts::store::{self, StoreBreaks, StoreState};
-use crate::hosts::worker::{ExpiryClient, SimClock, WorkerHost};
+use crate::hosts::store::{self, StoreState};
+use crate::hosts::store_client::ExpiryClient;
+use crate::hosts::worker::{SimClock, WorkerHost};
 use crate::scenario::Procedure;
 use crate::scenario::{worker_name, Scenario, ScenarioError};
 use crate::simulator::{self, Sim};
@@ -78,22 +78,17 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
     let mut rng = StdRng::seed_from_u64(seed);
     let count = PartitionCount::new(i64::from(scenario.partitions))
         .map_err(|e| ScenarioError::Invalid { field: "partitions", rule: e.to_string() })?;
+    let switches = Switches::of(scenario);
     let world = World {
         control: Control::new(count),
         store: Rc::new(RefCell::new(StoreState::default())),
         rec: Rc::new(RefCell::new(Recorder::default())),
-        flip_without_drain: scenario.has(Break::FlipWithoutDrain)
+        flip_without_drain: switches.flip_without_drain
             || scenario.procedure == Procedure::FlipWithoutDrain,
         procedure: scenario.procedure,
-        pin_without_barrier: scenario.has(Break::PinWithoutBarrier),
+        pin_without_barrier: switches.pin_without_barrier,
     };
-    world.store.borrow_mut().durable.breaks = StoreBreaks {
-        shared_locks: scenario.has(Break::TwoReaders),
-        requeue_at_tail: scenario.has(Break::RequeueAtTail),
-        always_clean: scenario.has(Break::HandoverAlwaysClean),
-        unfenced_expiry: scenario.has(Break::UnfencedExpiry),
-        skip_without_parking: scenario.has(Break::SkipWithoutParking),
-    };
+    world.store.borrow_mut().durable.breaks = switches.store;
     world.store.borrow_mut().durable.expiry =
         scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms));
     // The per-key barrier is the store's, as in production: it holds a row only while its key
@@ -115,11 +110,17 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
             world.rec.borrow_mut().fault("clock_skew");
         }
     }
-    add_hosts(&mut sim, scenario, &world, &mut rng);
+    add_hosts(&mut sim, scenario, &switches, &world, &mut rng);
     drive(&mut sim, scenario, &world, seed, keep_trace)
 }
 
-fn add_hosts(sim: &mut Sim, scenario: &Scenario, world: &World, rng: &mut StdRng) {
+fn add_hosts(
+    sim: &mut Sim,
+    scenario: &Scenario,
+    switches: &Switches,
+    world: &World,
+    rng: &mut StdRng,
+) {
     let detection = Duration::from_millis(scenario.detection_ms);
     sim.host("store", store::host(world.store.clone(), world.rec.clone(), detection));
     let specs = scenario.keys.iter().map(|k| (k.key.clone(), k.endpoint.clone())).collect();
@@ -135,10 +136,8 @@ fn add_hosts(sim: &mut Sim, scenario: &Scenario, world: &World, rng: &mut StdRng
             control: world.control.clone(),
             rec: world.rec.clone(),
             request_timeout,
-            unfenced: scenario.has(Break::UnfencedLease),
-            cursor_past_parked: scenario.has(Break::CursorPastParked),
-            cursor_past_late_commit: scenario.has(Break::CursorPastLateCommit),
-            delivery_break: delivery_break(scenario),
+            client_breaks: switches.client,
+            delivery_break: switches.delivery,
             clock: SimClock { offset_ms: scenario.lease.expiry().map_or(0, |e| e.skew(i)) },
             expiry: scenario.lease.expiry().map(|e| {
                 ExpiryClient::new(
@@ -150,13 +149,10 @@ fn add_hosts(sim: &mut Sim, scenario: &Scenario, world: &World, rng: &mut StdRng
         };
         sim.host(worker_name(i), host.factory());
     }
-    let racing = scenario.has(Break::UnserialisedProducers);
-    for (index, plan) in plans(scenario, rng).into_iter().enumerate() {
-        let routing = if scenario.has(Break::RandomHash) {
-            Routing::Seeded(rng.random())
-        } else {
-            Routing::Blake2b
-        };
+    let racing = switches.unserialised_producers;
+    for (index, plan) in plans(scenario, switches, rng).into_iter().enumerate() {
+        let routing =
+            if switches.random_hash { Routing::Seeded(rng.random()) } else { Routing::Blake2b };
         let host = ProducerHost {
             index,
             plan: plan.into(),
@@ -173,22 +169,10 @@ fn add_hosts(sim: &mut Sim, scenario: &Scenario, world: &World, rng: &mut StdRng
     }
 }
 
-/// The broken design on the workers' delivery path, if the scenario runs one.
-fn delivery_break(scenario: &Scenario) -> Option<DeliveryBreak> {
-    if scenario.has(Break::ParallelInPartition) {
-        Some(DeliveryBreak::Parallel)
-    } else if scenario.has(Break::TimeoutLeavesCallRunning) {
-        let after = Duration::from_millis(scenario.delivery_timeout_ms / 2);
-        Some(DeliveryBreak::LeavesCallRunning { after })
-    } else {
-        None
-    }
-}
-
 /// Each producer's events, sorted by time: event `n` of a key comes after event `n - 1`.
 /// A key belongs to one producer, unless a broken design spreads its events over several.
-fn plans(scenario: &Scenario, rng: &mut StdRng) -> Vec<Vec<Planned>> {
-    let spread = scenario.has(Break::RandomHash) || scenario.has(Break::UnserialisedProducers);
+fn plans(scenario: &Scenario, switches: &Switches, rng: &mut StdRng) -> Vec<Vec<Planned>> {
+    let spread = switches.random_hash || switches.unserialised_producers;
     let mut plans = vec![Vec::new(); scenario.producers];
     for (i, key) in scenario.keys.iter().enumerate() {
         let mut times: Vec<u64> =

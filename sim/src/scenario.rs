@@ -450,7 +450,7 @@ impl Scenario {
     pub fn worker_config(&self, index: usize) -> WorkerConfig {
         let ms = Duration::from_millis;
         let mut config = WorkerConfig::new(worker_name(index));
-        config.retry = if self.has(Break::UnboundedRetry) {
+        config.retry = if crate::breaks::Switches::of(self).unbounded_retry {
             RetryPolicy::new(u32::MAX, ms(50), self.retry.cap()).unwrap_or(self.retry)
         } else {
             self.retry

@@ -169,19 +169,20 @@ impl SessionDrain {
         }
     }
 
-    /// The rule before 2026-12-06, kept only for the simulation's catalogue of broken designs
-    /// (`cursor-past-parked`): an unpark leaves the cursor where acknowledgements of other keys
-    /// moved it, past the unparked key's rows. No store may use it.
-    #[doc(hidden)]
+    /// A broken rule for the simulation's catalogue (`cursor-past-parked`): an unpark leaves
+    /// the cursor where acknowledgements of other keys moved it, past the unparked key's rows.
+    /// Only in builds with the `broken-designs` feature, which no production build enables.
+    #[cfg(feature = "broken-designs")]
     pub fn keeping_the_cursor_on_unpark(mut self) -> Self {
         self.rewind_on_unpark = false;
         self
     }
 
-    /// The rule before 2026-12-06 (evening), kept only for the simulation's catalogue of broken
-    /// designs (`cursor-past-late-commit`): reads start after the last acknowledged seq even
-    /// while a transaction that took a lower seq may still commit. No store may use it.
-    #[doc(hidden)]
+    /// A broken rule for the simulation's catalogue (`cursor-past-late-commit`): reads start
+    /// after the last acknowledged seq even while a transaction that took a lower seq may still
+    /// commit. Only in builds with the `broken-designs` feature, which no production build
+    /// enables.
+    #[cfg(feature = "broken-designs")]
     pub fn trusting_the_cursor(mut self) -> Self {
         self.trust_cursor = true;
         self
@@ -598,6 +599,7 @@ mod tests {
         assert_eq!(d.watched(), vec![4, 105]);
     }
 
+    #[cfg(feature = "broken-designs")]
     #[test]
     fn trusting_the_cursor_passes_a_row_that_commits_late() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0)).trusting_the_cursor();

@@ -25,6 +25,7 @@ use keyorder::{PartitionId, Seq};
 use tokio::sync::Notify;
 use turmoil_net::shim::tokio::net::TcpStream;
 
+use super::deliverer::sim_keys;
 use crate::protocol::ENDPOINT_PORT;
 use crate::scenario::EndpointSpec;
 use crate::trace::{DeliveryTag, SharedRecorder};
@@ -190,7 +191,23 @@ struct Carried {
     tag: DeliveryTag,
 }
 
-fn carried(headers: &HeaderMap, body: &[u8]) -> Option<Carried> {
+/// The event a request carries, if it came from production's `HttpDeliverer` as the
+/// simulation configures it: its headers, and a Standard Webhooks signature that verifies.
+fn carried(headers: &HeaderMap, body: &[u8]) -> Result<Carried, &'static str> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (Some(id), Some(timestamp), Some(signature)) =
+        (text("webhook-id"), text("webhook-timestamp"), text("webhook-signature"))
+    else {
+        return Err("no webhook-id, webhook-timestamp and webhook-signature headers");
+    };
+    let timestamp = timestamp.parse().map_err(|_| "a webhook-timestamp that is not a number")?;
+    if sim_keys().sign(id, timestamp, body) != signature {
+        return Err("a webhook-signature that does not verify");
+    }
+    fields(headers, body).ok_or("no x-keyorder-* headers or no delivery tag in the body")
+}
+
+fn fields(headers: &HeaderMap, body: &[u8]) -> Option<Carried> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     Some(Carried {
         event_id: text("x-keyorder-event-id")?.to_owned(),
@@ -215,8 +232,14 @@ async fn respond(
         Ok(b) => b.to_bytes(),
         Err(_) => return std::future::pending().await,
     };
-    let Some(c) = carried(&parts.headers, &body) else {
-        return reply(400, None, Reply::whole());
+    let c = match carried(&parts.headers, &body) {
+        Ok(c) => c,
+        Err(why) => {
+            crate::simulator::fail(format!(
+                "the endpoint was reached other than through HttpDeliverer: {why}"
+            ));
+            return reply(400, None, Reply::whole());
+        }
     };
     if reused && endpoints.borrow_mut().closes_on_reuse(&c.key, &c.event_id, rec) {
         // As if an idle timeout closed the connection just as the request came in: nothing
@@ -323,5 +346,76 @@ impl Body for Reply {
             }
             Stage::Done => Poll::Ready(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use keyorder::deliver::Deliver;
+    use keyorder::drain::Head;
+    use keyorder::{PartitionId, Seq};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use turmoil_net::shim::tokio::net::TcpStream;
+
+    use super::{host, Endpoints};
+    use crate::hosts::deliverer::{http_deliverer, Recorded};
+    use crate::simulator::Builder;
+    use crate::trace::Recorder;
+
+    fn head() -> Head {
+        Head {
+            seq: Seq(1),
+            event_id: "sub_a#0".into(),
+            key: "sub_a".into(),
+            payload: String::new(),
+            attempts: 0,
+            not_before: None,
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn a_delivery_through_the_http_deliverer_is_taken_and_recorded() {
+        let rec = std::rc::Rc::new(std::cell::RefCell::new(Recorder::default()));
+        let mut sim = Builder::new(1).build();
+        sim.host("endpoint", host(Endpoints::new(Default::default(), ms(100)), rec.clone()));
+        let worker_rec = rec.clone();
+        let client = async move {
+            let http = http_deliverer(ms(100));
+            let mut deliver = Recorded::new(http, "w0".into(), worker_rec);
+            deliver.deliver(PartitionId(3), &head(), 1).await?;
+            Ok(())
+        };
+        sim.run_client("worker", client, ms(1_000)).expect("delivered");
+        let history = &rec.borrow().history;
+        assert_eq!(history.deliveries.len(), 1, "the endpoint recorded the arrival");
+        assert_eq!(history.deliveries[0].worker, "w0");
+        assert_eq!(history.deliveries[0].partition, PartitionId(3));
+    }
+
+    #[test]
+    fn a_request_from_anything_but_the_http_deliverer_fails_the_run() {
+        let rec = std::rc::Rc::new(std::cell::RefCell::new(Recorder::default()));
+        let mut sim = Builder::new(1).build();
+        sim.host("endpoint", host(Endpoints::new(Default::default(), ms(100)), rec.clone()));
+        let client = async move {
+            let mut tcp = TcpStream::connect(("endpoint", crate::protocol::ENDPOINT_PORT)).await?;
+            let request = "POST /hook HTTP/1.1\r\nhost: endpoint\r\nx-keyorder-event-id: sub_a#0\r\n\
+                           x-keyorder-key: sub_a\r\nx-keyorder-seq: 1\r\nx-keyorder-partition: 3\r\n\
+                           x-keyorder-attempt: 1\r\ncontent-length: 14\r\n\r\n{\"delivery\":1}";
+            tcp.write_all(request.as_bytes()).await?;
+            let mut answer = Vec::new();
+            tcp.read_to_end(&mut answer).await?;
+            Ok(())
+        };
+        let err = sim.run_client("impostor", client, ms(1_000)).expect_err("the run fails");
+        assert!(err.contains("reached other than through HttpDeliverer"), "{err}");
+        assert!(rec.borrow().history.deliveries.is_empty(), "nothing was recorded");
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 }

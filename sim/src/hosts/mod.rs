@@ -5,6 +5,7 @@ pub mod deliverer;
 pub mod endpoint;
 pub mod producer;
 pub mod store;
+pub mod store_client;
 pub mod worker;
 
 use std::time::Duration;

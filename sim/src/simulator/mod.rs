@@ -61,6 +61,16 @@ thread_local! {
     static CLOCK: Cell<Option<(Instant, Instant)>> = const { Cell::new(None) };
     /// The first panic of a host task on this thread since the simulator last looked.
     static PANICKED: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The first failure a host task declared on this thread since the simulator last looked.
+    static FAILED: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Fails the run on this thread with `message`, from any task of any host (the first failure
+/// is the one reported): for a broken promise a host notices that is not its own error.
+pub fn fail(message: String) {
+    FAILED.with(|f| {
+        f.borrow_mut().get_or_insert(message);
+    });
 }
 
 /// Simulated time since the start of the run on this thread; zero outside a run.
@@ -482,6 +492,9 @@ fn poll_host(handle: &tokio::runtime::Handle, slot: &mut Slot) -> Result<(), Str
     if let Some(panic) = PANICKED.with(|p| p.borrow_mut().take()) {
         return Err(format!("host {} panicked: {panic}", slot.name));
     }
+    if let Some(failure) = FAILED.with(|f| f.borrow_mut().take()) {
+        return Err(format!("host {}: {failure}", slot.name));
+    }
     if handle.metrics().num_alive_tasks() > 0 {
         return Err(format!(
             "host {} spawned a task onto the shared runtime (tokio::spawn): a crash could not \
@@ -524,5 +537,6 @@ impl Drop for Sim {
         drop(self.guard.take());
         CLOCK.set(None);
         PANICKED.with(|p| p.borrow_mut().take());
+        FAILED.with(|f| f.borrow_mut().take());
     }
 }

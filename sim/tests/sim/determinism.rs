@@ -68,6 +68,10 @@ fn every_fault_kind_replays_to_the_same_trace() {
         "clock_skew",
         "slow_endpoint",
         "failing_endpoint",
+        "reply_cut",
+        "close_on_reuse",
+        "half_open",
+        "slow_body",
     ] {
         assert!(faults.contains(fault), "no run injected {fault}: {faults:?}");
     }
