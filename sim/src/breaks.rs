@@ -64,11 +64,22 @@ pub enum Break {
     /// the call running on its connection: the endpoint still works on the first delivery when
     /// the next one arrives (an HTTP client whose timeout does not cancel the request).
     TimeoutLeavesCallRunning,
+    /// A worker fetches a batch of a partition's rows into a local queue and runs several at
+    /// once, whatever their key (graphile-worker's `localQueue`, under which jobs of one serial
+    /// queue ran concurrently).
+    LocalBatch,
+    /// The head read picks the highest-priority row first, then the oldest, so a later event of
+    /// a key with a higher priority overtakes an earlier one (pg-boss's priority ordering).
+    PriorityWithinKey,
+    /// The head read orders by the insert's timestamp, kept in whole seconds (a `DATETIME`
+    /// column's default precision), and breaks ties by the event's random id, so events of a
+    /// key inserted within one second come out in any order (Hatchet's `createdAt` ordering).
+    CreatedAtOrder,
 }
 
 impl Break {
     /// The catalogue, in order: every entry but `cursor-past-late-commit`.
-    pub const ALL: [Break; 14] = [
+    pub const ALL: [Break; 17] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -83,6 +94,9 @@ impl Break {
         Break::PinWithoutBarrier,
         Break::CursorPastParked,
         Break::TimeoutLeavesCallRunning,
+        Break::LocalBatch,
+        Break::PriorityWithinKey,
+        Break::CreatedAtOrder,
     ];
 
     /// The violation the checker must report when this design runs.
@@ -96,12 +110,15 @@ impl Break {
             | Break::ParallelInPartition
             | Break::HandoverAlwaysClean
             | Break::UnfencedExpiry
-            | Break::TimeoutLeavesCallRunning => Kind::Concurrent,
+            | Break::TimeoutLeavesCallRunning
+            | Break::LocalBatch => Kind::Concurrent,
             Break::RequeueAtTail
             | Break::UnserialisedProducers
             | Break::SkipWithoutParking
             | Break::CursorPastParked
-            | Break::CursorPastLateCommit => Kind::Reorder,
+            | Break::CursorPastLateCommit
+            | Break::PriorityWithinKey
+            | Break::CreatedAtOrder => Kind::Reorder,
             Break::UnboundedRetry => Kind::Stall,
         }
     }
@@ -124,9 +141,15 @@ impl Break {
             Break::CursorPastParked => "cursor-past-parked",
             Break::CursorPastLateCommit => "cursor-past-late-commit",
             Break::TimeoutLeavesCallRunning => "timeout-leaves-call-running",
+            Break::LocalBatch => "local-batch",
+            Break::PriorityWithinKey => "priority-within-key",
+            Break::CreatedAtOrder => "created-at-order",
         }
     }
 }
+
+/// How many deliveries the `local-batch` design runs at once.
+const LOCAL_BATCH: usize = 4;
 
 /// Every switch a scenario's broken designs turn on, decided in this one place from the
 /// scenario and handed to the parts that carry them out.
@@ -160,6 +183,8 @@ impl Switches {
         } else if has(Break::TimeoutLeavesCallRunning) {
             let after = std::time::Duration::from_millis(scenario.delivery_timeout_ms / 2);
             Some(DeliveryBreak::LeavesCallRunning { after })
+        } else if has(Break::LocalBatch) {
+            Some(DeliveryBreak::LocalBatch { width: LOCAL_BATCH })
         } else {
             None
         };
@@ -170,6 +195,13 @@ impl Switches {
                 always_clean: has(Break::HandoverAlwaysClean),
                 unfenced_expiry: has(Break::UnfencedExpiry),
                 skip_without_parking: has(Break::SkipWithoutParking),
+                head_order: if has(Break::PriorityWithinKey) {
+                    Some(crate::hosts::store::HeadOrder::Priority)
+                } else if has(Break::CreatedAtOrder) {
+                    Some(crate::hosts::store::HeadOrder::CreatedAt)
+                } else {
+                    None
+                },
             },
             client: crate::hosts::store_client::ClientBreaks {
                 unfenced: has(Break::UnfencedLease),

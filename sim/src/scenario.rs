@@ -724,6 +724,13 @@ impl Scenario {
                     k.endpoint.slow_first = k.endpoint.slow_first.max(1);
                 }
             }
+            Break::LocalBatch | Break::PriorityWithinKey | Break::CreatedAtOrder => {
+                // A backlog in every partition: endpoints slow enough that rows queue up, so
+                // a batch or a head read has several rows of a key to choose from.
+                for k in &mut s.keys {
+                    k.endpoint.latency_ms = k.endpoint.latency_ms.max(20);
+                }
+            }
             Break::TwoReaders | Break::ParallelInPartition => {}
         }
         s.faults.sort_by_key(|f| f.at_ms);

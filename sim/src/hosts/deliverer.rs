@@ -129,6 +129,12 @@ pub enum DeliveryBreak {
         /// The deliverer's own timeout, shorter than the worker's.
         after: Duration,
     },
+    /// `local-batch`: up to `width` calls run at once; a call reports success as soon as it
+    /// is under way, and waits only while the batch is full.
+    LocalBatch {
+        /// Calls in flight at most.
+        width: usize,
+    },
 }
 
 /// The longest a call left running in the background may take before it is dropped (a silent
@@ -136,16 +142,24 @@ pub enum DeliveryBreak {
 const BACKGROUND_LIMIT: Duration = Duration::from_secs(60);
 
 /// A deliverer with one of the broken designs of [`DeliveryBreak`], or none.
-#[derive(Clone)]
 pub struct BrokenDelivery<D> {
     inner: D,
     design: Option<DeliveryBreak>,
+    /// `local-batch`: the calls under way, oldest first.
+    batch: std::collections::VecDeque<tokio::task::JoinHandle<()>>,
+}
+
+impl<D: Clone> Clone for BrokenDelivery<D> {
+    /// A clone (a partition's own) starts with no call under way.
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone(), design: self.design, batch: Default::default() }
+    }
 }
 
 impl<D> BrokenDelivery<D> {
     /// `inner`, broken as `design` says (`None`: unchanged).
     pub fn new(inner: D, design: Option<DeliveryBreak>) -> Self {
-        Self { inner, design }
+        Self { inner, design, batch: Default::default() }
     }
 }
 
@@ -163,7 +177,7 @@ impl<D: Deliver> Deliver for BrokenDelivery<D> {
         let mut call = self.inner.clone();
         let head = head.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        tokio::task::spawn_local(async move {
+        let task = tokio::task::spawn_local(async move {
             let call =
                 tokio::time::timeout(BACKGROUND_LIMIT, call.deliver(partition, &head, attempt));
             if let Ok(result) = call.await {
@@ -172,6 +186,16 @@ impl<D: Deliver> Deliver for BrokenDelivery<D> {
         });
         match design {
             DeliveryBreak::Parallel => Ok(()),
+            DeliveryBreak::LocalBatch { width } => {
+                self.batch.retain(|t| !t.is_finished());
+                self.batch.push_back(task);
+                while self.batch.len() >= width {
+                    if let Some(oldest) = self.batch.pop_front() {
+                        let _ = oldest.await;
+                    }
+                }
+                Ok(())
+            }
             DeliveryBreak::LeavesCallRunning { after } => {
                 match tokio::time::timeout(after, rx).await {
                     Ok(Ok(result)) => result,

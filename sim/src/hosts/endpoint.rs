@@ -347,6 +347,20 @@ impl Body for Reply {
             Stage::Done => Poll::Ready(None),
         }
     }
+
+    /// A whole reply's exact length, so that hyper sends it with a `Content-Length` in the
+    /// same write as the head; a faulty one's is left open (chunked).
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self.stage {
+            Stage::Whole => hyper::body::SizeHint::with_exact(REPLY.len() as u64),
+            Stage::Done => hyper::body::SizeHint::with_exact(0),
+            _ => hyper::body::SizeHint::default(),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.stage, Stage::Done)
+    }
 }
 
 #[cfg(test)]

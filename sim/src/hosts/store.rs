@@ -49,6 +49,8 @@ pub struct Row {
     pub last_error: Option<String>,
     /// The transaction that inserted it (PostgreSQL's `producer_xid`).
     pub xid: u64,
+    /// When the producer inserted it, in whole ms of store time (a `created_at` column).
+    pub created_ms: u64,
 }
 
 /// What survives a restart: committed rows, the dead-letter table, sequences.
@@ -143,6 +145,30 @@ pub struct StoreBreaks {
     /// `skip-without-parking`: a head read passes over the rows that are backing off but
     /// serves the same key's later rows.
     pub skip_without_parking: bool,
+    /// `priority-within-key` and `created-at-order`: a head read picks rows in another
+    /// order than seq.
+    pub head_order: Option<HeadOrder>,
+}
+
+/// An order a broken head read picks rows in, instead of seq.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadOrder {
+    /// By a per-event priority, highest first, then seq (pg-boss's `ORDER BY priority DESC`).
+    Priority,
+    /// By the insert's timestamp in whole seconds, ties broken by the event id's hash (a
+    /// random id standing in for the sequence: `ORDER BY created_at, id`).
+    CreatedAt,
+}
+
+impl HeadOrder {
+    /// The sort key of a row under this order.
+    fn key(self, seq: Seq, row: &Row) -> (u64, u64) {
+        let digest = keyorder::routing::key_digest(&row.event_id);
+        match self {
+            HeadOrder::Priority => (u64::MAX - digest % 3, seq.0 as u64),
+            HeadOrder::CreatedAt => (row.created_ms / 1000, digest),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -665,6 +691,7 @@ impl StoreState {
             not_before: None,
             last_error: None,
             xid,
+            created_ms: now().0.as_millis() as u64,
         };
         let enqueued = Enqueued {
             event_id: event_id.to_owned(),
@@ -694,6 +721,19 @@ impl StoreState {
         limit: usize,
     ) -> Vec<WireHead> {
         let mut heads = Vec::new();
+        if let Some(order) = self.durable.breaks.head_order {
+            let mut rows: Vec<(Seq, &Row)> = self.visible(partition, from, at, skip).collect();
+            rows.sort_by_key(|(seq, row)| order.key(*seq, row));
+            for (seq, row) in rows.into_iter().take(limit) {
+                let head = self.wire_head(seq, row, at);
+                let waits = head.wait_us.is_some();
+                heads.push(head);
+                if waits {
+                    break;
+                }
+            }
+            return heads;
+        }
         for (seq, row) in self.visible(partition, from, at, skip).take(limit) {
             let head = self.wire_head(seq, row, at);
             let waits = head.wait_us.is_some();
@@ -783,6 +823,7 @@ impl StoreState {
             not_before: None,
             last_error: None,
             xid,
+            created_ms: now().0.as_millis() as u64,
         };
         self.volatile.uncommitted.insert(session, (seq, partition, row));
         StoreResponse::Inserted

@@ -138,3 +138,23 @@ fn a_cursor_past_parked_rows_is_caught_as_reorder_with_expiry_leases() {
     check_scenarios(Break::CursorPastParked, Size::Small, expiry);
     check_scenarios(Break::CursorPastParked, Size::Medium, expiry);
 }
+
+#[test]
+fn a_timeout_that_leaves_the_call_running_is_caught_as_concurrent() {
+    check(Break::TimeoutLeavesCallRunning);
+}
+
+#[test]
+fn a_local_batch_of_one_partition_is_caught_as_concurrent() {
+    check(Break::LocalBatch);
+}
+
+#[test]
+fn priority_within_a_key_is_caught_as_reorder() {
+    check(Break::PriorityWithinKey);
+}
+
+#[test]
+fn ordering_by_a_timestamp_with_ties_is_caught_as_reorder() {
+    check(Break::CreatedAtOrder);
+}
