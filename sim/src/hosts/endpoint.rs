@@ -144,10 +144,11 @@ pub fn host(
     endpoints: SharedEndpoints,
     rec: SharedRecorder,
 ) -> impl Fn() -> crate::simulator::HostFuture {
+    let held = super::HeldListener::default();
     move || {
-        let (endpoints, rec) = (endpoints.clone(), rec.clone());
+        let (endpoints, rec, held) = (endpoints.clone(), rec.clone(), held.clone());
         Box::pin(async move {
-            let listener = super::listen(ENDPOINT_PORT).await?;
+            let listener = held.get(ENDPOINT_PORT).await?;
             loop {
                 let (stream, _) = listener.accept().await?;
                 tokio::task::spawn_local(serve(stream, endpoints.clone(), rec.clone()));

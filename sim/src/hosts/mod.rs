@@ -8,26 +8,28 @@ pub mod store;
 pub mod store_client;
 pub mod worker;
 
-use std::time::Duration;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use turmoil_net::shim::tokio::net::TcpListener;
 
-/// How long a restarted server waits for its port to come free before it gives up.
-const BIND_PATIENCE: Duration = Duration::from_secs(600);
+/// A server's listening socket, held outside its process (as a supervisor or the
+/// postmaster holds it): bound at the first start and kept across crashes and restarts, so a
+/// restart needs no rebind while connections of the dead process are still closing. A
+/// connection made while the server is down is accepted by the kernel and waits in the
+/// backlog until the next start takes it.
+#[derive(Clone, Default)]
+pub struct HeldListener(Rc<RefCell<Option<Rc<TcpListener>>>>);
 
-/// Listens on `port` of every address of the current host. turmoil-net has no
-/// `SO_REUSEADDR`, so a restarted server's port stays taken while connections of its previous
-/// process are still closing; it waits for them, retrying every millisecond, as a server
-/// without that option must.
-pub(crate) async fn listen(port: u16) -> std::io::Result<TcpListener> {
-    let mut waited = Duration::ZERO;
-    loop {
-        match TcpListener::bind(("0.0.0.0", port)).await {
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && waited < BIND_PATIENCE => {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                waited += Duration::from_millis(1);
-            }
-            other => return other,
+impl HeldListener {
+    /// The socket listening on `port` of every address of the current host, bound on the
+    /// first call.
+    pub async fn get(&self, port: u16) -> std::io::Result<Rc<TcpListener>> {
+        if let Some(l) = self.0.borrow().as_ref() {
+            return Ok(l.clone());
         }
+        let bound = Rc::new(TcpListener::bind(("0.0.0.0", port)).await?);
+        *self.0.borrow_mut() = Some(bound.clone());
+        Ok(bound)
     }
 }

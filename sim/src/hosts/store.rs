@@ -879,8 +879,9 @@ pub fn host(
     rec: SharedRecorder,
     detection: Duration,
 ) -> impl Fn() -> crate::simulator::HostFuture {
+    let held = super::HeldListener::default();
     move || {
-        let (state, rec) = (state.clone(), rec.clone());
+        let (state, rec, held) = (state.clone(), rec.clone(), held.clone());
         Box::pin(async move {
             {
                 let mut s = state.borrow_mut();
@@ -889,7 +890,7 @@ pub fn host(
                 }
                 s.durable.boots += 1;
             }
-            let listener = super::listen(STORE_PORT).await?;
+            let listener = held.get(STORE_PORT).await?;
             loop {
                 let (stream, _) = listener.accept().await?;
                 let (state, rec) = (state.clone(), rec.clone());

@@ -421,8 +421,12 @@ impl Sim {
                     }
                     s.polling = true;
                 }
+                // Whether a kernel may have packets to send: a crash since the last run, an
+                // arrival (an ACK, a reset) or a host's poll. An egress pass walks every
+                // socket of every host, so it runs only then.
+                let mut dirty = true;
                 let outcome = loop {
-                    fabric.deliver_due(guard, now);
+                    dirty |= fabric.deliver_due(guard, now);
                     {
                         let mut s = ready.lock();
                         std::mem::swap(&mut s.queue, batch);
@@ -431,8 +435,8 @@ impl Sim {
                         }
                     }
                     if batch.is_empty() {
-                        // A crash or an arrival may have left packets to send (a FIN, an ACK).
-                        if fabric.egress(guard, now) {
+                        if dirty && fabric.egress(guard, now) {
+                            dirty = false;
                             continue;
                         }
                         break None;
@@ -449,6 +453,7 @@ impl Sim {
                         break verdict;
                     }
                     fabric.egress(guard, now);
+                    dirty = false;
                     if let Some(f) = failure.borrow_mut().take() {
                         break Some(Err(f));
                     }
@@ -533,6 +538,8 @@ impl Drop for Sim {
                 turmoil_net::set_current(slot.id);
             }
             drop(slot.set.take());
+            // What the factory holds across starts (a listening socket) goes with the host.
+            slot.factory = Box::new(|| Box::pin(async { Ok(()) }));
         }
         drop(self.guard.take());
         CLOCK.set(None);
