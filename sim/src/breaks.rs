@@ -75,11 +75,15 @@ pub enum Break {
     /// column's default precision), and breaks ties by the event's random id, so events of a
     /// key inserted within one second come out in any order (Hatchet's `createdAt` ordering).
     CreatedAtOrder,
+    /// A worker that joins is handed a share of the others' partitions at once, as if they
+    /// had been handed back clean, while the old holders' deliveries are still out (Pulsar
+    /// Key_Shared's recently joined consumer).
+    RebalanceOnJoin,
 }
 
 impl Break {
     /// The catalogue, in order: every entry but `cursor-past-late-commit`.
-    pub const ALL: [Break; 17] = [
+    pub const ALL: [Break; 18] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -97,6 +101,7 @@ impl Break {
         Break::LocalBatch,
         Break::PriorityWithinKey,
         Break::CreatedAtOrder,
+        Break::RebalanceOnJoin,
     ];
 
     /// The violation the checker must report when this design runs.
@@ -111,7 +116,8 @@ impl Break {
             | Break::HandoverAlwaysClean
             | Break::UnfencedExpiry
             | Break::TimeoutLeavesCallRunning
-            | Break::LocalBatch => Kind::Concurrent,
+            | Break::LocalBatch
+            | Break::RebalanceOnJoin => Kind::Concurrent,
             Break::RequeueAtTail
             | Break::UnserialisedProducers
             | Break::SkipWithoutParking
@@ -144,6 +150,7 @@ impl Break {
             Break::LocalBatch => "local-batch",
             Break::PriorityWithinKey => "priority-within-key",
             Break::CreatedAtOrder => "created-at-order",
+            Break::RebalanceOnJoin => "rebalance-on-join",
         }
     }
 }
@@ -202,6 +209,7 @@ impl Switches {
                 } else {
                     None
                 },
+                rebalance_on_join: has(Break::RebalanceOnJoin),
             },
             client: crate::hosts::store_client::ClientBreaks {
                 unfenced: has(Break::UnfencedLease),

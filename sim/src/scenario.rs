@@ -724,6 +724,20 @@ impl Scenario {
                     k.endpoint.slow_first = k.endpoint.slow_first.max(1);
                 }
             }
+            Break::RebalanceOnJoin => {
+                // Workers that join while deliveries are out: slow answers on every other key,
+                // and three crashes whose restarts register again within the load.
+                for k in s.keys.iter_mut().step_by(2) {
+                    k.endpoint.slow_first = k.endpoint.slow_first.max(1);
+                }
+                for i in 1..=3 {
+                    let at_ms = s.load_ms * i / 4 + rng.random_range(0..=100);
+                    let worker = rng.random_range(0..s.workers);
+                    let down_ms = rng.random_range(50..=300);
+                    s.faults
+                        .push(Fault { at_ms, kind: FaultKind::CrashWorker { worker, down_ms } });
+                }
+            }
             Break::LocalBatch | Break::PriorityWithinKey | Break::CreatedAtOrder => {
                 // A backlog in every partition: endpoints slow enough that rows queue up, so
                 // a batch or a head read has several rows of a key to choose from.

@@ -148,6 +148,9 @@ pub struct StoreBreaks {
     /// `priority-within-key` and `created-at-order`: a head read picks rows in another
     /// order than seq.
     pub head_order: Option<HeadOrder>,
+    /// `rebalance-on-join`: a worker that registers is handed half of the other workers'
+    /// partitions at once, as handed back clean, whether or not their deliveries are done.
+    pub rebalance_on_join: bool,
 }
 
 /// An order a broken head read picks rows in, instead of seq.
@@ -345,6 +348,41 @@ impl StoreState {
         Some(row.expires_at)
     }
 
+    /// The `rebalance-on-join` design: every other partition leased by another worker is taken
+    /// from its holder and marked handed back clean, for the joining worker to lease at once.
+    fn hand_to_joiner(&mut self, session: u64, worker: &str, at: Time, rec: &SharedRecorder) {
+        let mut held: Vec<PartitionId> = if self.durable.expiry.is_some() {
+            let others = |h: &Option<String>| h.as_deref().is_some_and(|h| h != worker);
+            let leases = self.durable.leases.iter();
+            leases
+                .filter(|(_, r)| others(&r.holder) && r.expires_at > at)
+                .map(|(p, _)| *p)
+                .collect()
+        } else {
+            let sessions = &self.volatile.sessions;
+            let other = |s: &u64| {
+                *s != session
+                    && sessions
+                        .get(s)
+                        .and_then(|x| x.worker.as_deref())
+                        .is_some_and(|w| w != worker)
+            };
+            self.volatile.locks.keys().filter(|(_, s)| other(s)).map(|(p, _)| *p).collect()
+        };
+        held.sort();
+        held.dedup();
+        for partition in held.into_iter().step_by(2) {
+            if self.break_lease(partition, rec) {
+                self.durable.unclean.remove(&partition);
+                rec.borrow_mut().log(
+                    at,
+                    "store",
+                    format_args!("rebalance: p{partition} handed to the joining {worker}"),
+                );
+            }
+        }
+    }
+
     /// Carries out a request that passed its fence.
     fn answer(
         &mut self,
@@ -365,6 +403,9 @@ impl StoreState {
                     self.durable
                         .members
                         .insert(worker.clone(), (session, at.saturating_add(length)));
+                }
+                if self.durable.breaks.rebalance_on_join {
+                    self.hand_to_joiner(session, &worker, at, rec);
                 }
                 self.session(session).worker = Some(worker);
                 StoreResponse::Ok

@@ -158,3 +158,8 @@ fn priority_within_a_key_is_caught_as_reorder() {
 fn ordering_by_a_timestamp_with_ties_is_caught_as_reorder() {
     check(Break::CreatedAtOrder);
 }
+
+#[test]
+fn partitions_handed_to_a_joining_worker_at_once_are_caught_as_concurrent() {
+    check(Break::RebalanceOnJoin);
+}
