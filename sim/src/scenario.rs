@@ -882,10 +882,10 @@ fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {
         9..=12 => endpoint.slow_first = 1,
         13..=15 => endpoint.poison = vec![rng.random_range(0..events)],
         16..=19 => endpoint.flaky_percent = rng.random_range(10..=40),
-        20..=22 => endpoint.cut_reply_first = 1,
-        23..=25 => endpoint.close_on_reuse_first = 1,
-        26..=27 => endpoint.silent_first = 1,
-        28..=30 => endpoint.slow_body_first = 1,
+        20 => endpoint.cut_reply_first = 1,
+        21..=23 => endpoint.close_on_reuse_first = 1,
+        24 => endpoint.silent_first = 1,
+        25 => endpoint.slow_body_first = 1,
         _ => {}
     }
     let n = events + rng.random_range(0..=events / 5);

@@ -417,7 +417,10 @@ mod tests {
         sim.host("endpoint", host(Endpoints::new(Default::default(), ms(100)), rec.clone()));
         let client = async move {
             let mut tcp = TcpStream::connect(("endpoint", crate::protocol::ENDPOINT_PORT)).await?;
+            // Every header the deliverer sends, but a signature made without the key.
             let request = "POST /hook HTTP/1.1\r\nhost: endpoint\r\nx-keyorder-event-id: sub_a#0\r\n\
+                           webhook-id: sub_a#0\r\nwebhook-timestamp: 1800000000\r\n\
+                           webhook-signature: v1,Zm9yZ2Vk\r\n\
                            x-keyorder-key: sub_a\r\nx-keyorder-seq: 1\r\nx-keyorder-partition: 3\r\n\
                            x-keyorder-attempt: 1\r\ncontent-length: 14\r\n\r\n{\"delivery\":1}";
             tcp.write_all(request.as_bytes()).await?;
