@@ -1,5 +1,6 @@
 //! Tests against a real PostgreSQL 15 server that the tests start themselves (see harness).
 
+mod bouncer;
 #[path = "../conformance/mod.rs"]
 mod conformance;
 mod endpoint;
@@ -19,4 +20,5 @@ mod metrics;
 mod online;
 mod ordering;
 mod poison;
+mod pooler;
 mod routing;
