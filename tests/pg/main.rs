@@ -14,6 +14,7 @@ mod cli;
 mod compat;
 mod conformance_pg;
 mod crash;
+mod failover;
 mod leases;
 mod liveness;
 mod metrics;
