@@ -132,3 +132,51 @@ fn session_pooling_delivers_every_event_in_order_with_three_workers() {
         );
     });
 }
+
+/// A lease whose statements a pooler sends to another server connection (as PgBouncer 1.21
+/// and later do when they forward prepared statements in transaction mode) finds out from
+/// the server process that answers, and gives the lease up instead of delivering. The test
+/// stages the move by hand: another client holds the lease's server connection in a
+/// transaction, and the other server connection holds a statement of the lease's name.
+#[test]
+fn a_lease_moved_to_another_server_connection_is_given_up() {
+    use keyorder::store::postgres::{self, PgOptions, PgStore};
+    use keyorder::store::{LeaseSession, Store, StoreError};
+
+    let Some(pg) = PgServer::start("pooler_moved") else { return };
+    let direct = pg.create_db("pooled_moved");
+    let Some(bouncer) = Bouncer::start(&pg, "transaction", 2, "pooler_moved") else { return };
+    let url = bouncer.url("pooled_moved");
+    block_on(async {
+        migrated(&direct).await;
+        let store = PgStore::new(&url, count(), PgOptions::default()).unwrap();
+        let mut lease =
+            store.acquire(keyorder::PartitionId(0)).await.unwrap().expect("the lease is free");
+        lease.keep_alive().await.expect("its own session so far");
+        // The pooler gives the most recently used server connection (the lease's) to the next
+        // client: hold it there in a transaction and read the lease's ping statement's name.
+        let holder = postgres::connect(store.config()).await.unwrap();
+        holder.batch_execute("BEGIN").await.unwrap();
+        let name = holder
+            .simple_query(
+                "SELECT name FROM pg_prepared_statements WHERE statement = 'SELECT pg_backend_pid()'",
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .expect("the holder is on the lease's server connection, which has its statements");
+        // The other server connection gets a statement of that name doing the same.
+        let other = postgres::connect(store.config()).await.unwrap();
+        other.batch_execute(&format!("PREPARE {name} AS SELECT pg_backend_pid()")).await.unwrap();
+        let moved = lease.keep_alive().await;
+        assert!(
+            matches!(moved, Err(StoreError::SessionMoved { .. })),
+            "the lease answered from another server process must be given up: {moved:?}"
+        );
+        holder.batch_execute("COMMIT").await.unwrap();
+    });
+}
