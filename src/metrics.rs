@@ -5,7 +5,7 @@
 //! Nothing here runs in the simulation: the worker loop reports to it only through its
 //! [`crate::worker::Observer`], which the simulation does not trace.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -14,7 +14,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::routing::PartitionCount;
 use crate::store::admin::PartitionLag;
+
+mod partitions;
 use crate::worker::WorkerEvent;
 
 /// Label pairs of one series (`partition` or `worker`).
@@ -57,10 +60,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    depth: Family<Labels, Gauge>,
-    oldest_wait: Family<Labels, Gauge<f64, AtomicU64>>,
-    keys: Family<Labels, Gauge>,
-    head_attempts: Family<Labels, Gauge>,
+    partitions: Arc<partitions::PartitionSeries>,
     parked: Family<Labels, Gauge>,
     leases_held: Family<Labels, Gauge>,
     stranded: Gauge,
@@ -86,10 +86,7 @@ impl Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             registry: Registry::default(),
-            depth: Family::default(),
-            oldest_wait: Family::default(),
-            keys: Family::default(),
-            head_attempts: Family::default(),
+            partitions: Arc::default(),
             parked: Family::default(),
             leases_held: Family::default(),
             stranded: Gauge::default(),
@@ -101,29 +98,11 @@ impl Metrics {
             deliveries: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
         };
-        registry.register(
-            "keyorder_partition_depth",
-            "Rows queued in the partition",
-            m.depth.clone(),
-        );
-        registry.register(
-            "keyorder_partition_oldest_wait_seconds",
-            "Age of the oldest queued row of the partition; alert on this",
-            m.oldest_wait.clone(),
-        );
-        registry.register(
-            "keyorder_partition_keys",
-            "Distinct keys queued in the partition",
-            m.keys.clone(),
-        );
-        registry.register(
-            "keyorder_partition_head_attempts",
-            "Failed attempts recorded at the partition's head",
-            m.head_attempts.clone(),
-        );
+        // Depth, oldest wait, keys and head attempts, per partition in partition order.
+        registry.register_collector(Box::new(m.partitions.clone()));
         registry.register(
             "keyorder_partition_parked_keys",
-            "Failing keys parked on a partition this process holds, waiting for their retry time",
+            "Failing keys parked on a partition this process holds, waiting for their retry time (0 when none)",
             m.parked.clone(),
         );
         registry.register(
@@ -174,20 +153,12 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// Replaces every per-partition series with `lag` (one grouped query's answer); a
-    /// partition absent from it (empty) exports no series, as `keyorder lag` shows no row.
-    pub fn set_lag(&self, lag: &[PartitionLag]) {
-        self.depth.clear();
-        self.oldest_wait.clear();
-        self.keys.clear();
-        self.head_attempts.clear();
-        for l in lag {
-            let labels = partition_labels(l.partition);
-            self.depth.get_or_create(&labels).set(l.depth);
-            self.oldest_wait.get_or_create(&labels).set(l.oldest_wait_seconds);
-            self.keys.get_or_create(&labels).set(l.keys_affected);
-            self.head_attempts.get_or_create(&labels).set(i64::from(l.head_attempts));
-        }
+    /// Replaces every per-partition series (depth, oldest wait, keys, head attempts): every
+    /// partition of `layout` (the layout in force, when one is recorded) exports each, 0 when
+    /// `lag` (one grouped query's answer) has no row of it; a partition outside the layout with
+    /// rows (stranded, or of an older layout) exports its own. Encoded in partition order.
+    pub fn set_lag(&self, layout: Option<PartitionCount>, lag: &[PartitionLag]) {
+        self.partitions.set(layout, lag);
     }
 
     /// Sets the queue's placement audit (see [`crate::layout::audit`]).
@@ -200,9 +171,11 @@ impl Metrics {
     pub fn observe(&self, worker: &str, event: &WorkerEvent) {
         let labels = vec![("worker".to_owned(), worker.to_owned())];
         match event {
-            WorkerEvent::Acquired { .. } => {
+            WorkerEvent::Acquired { partition, .. } => {
                 self.acquired.get_or_create(&labels).inc();
                 self.leases_held.get_or_create(&labels).inc();
+                // A held partition exports its parked keys, 0 until one is parked.
+                self.parked.get_or_create(&partition_labels(partition)).set(0);
             }
             WorkerEvent::Released { partition, .. } => {
                 self.released.get_or_create(&labels).inc();
@@ -215,14 +188,9 @@ impl Metrics {
                 self.parked.remove(&partition_labels(partition));
             }
             WorkerEvent::Parked { partition, keys } => {
-                let labels = partition_labels(partition);
-                if *keys == 0 {
-                    self.parked.remove(&labels);
-                } else {
-                    self.parked
-                        .get_or_create(&labels)
-                        .set(i64::try_from(*keys).unwrap_or(i64::MAX));
-                }
+                self.parked
+                    .get_or_create(&partition_labels(partition))
+                    .set(i64::try_from(*keys).unwrap_or(i64::MAX));
             }
             WorkerEvent::StoreUnavailable { .. } => {
                 self.store_errors.get_or_create(&labels).inc();
@@ -257,8 +225,9 @@ fn partition_labels(partition: impl std::fmt::Display) -> Labels {
     vec![("partition".to_owned(), partition.to_string())]
 }
 
-/// The metric names a text exposition carries: every `# TYPE` line's family, and for a counter
-/// the `_total` series it exports too. Takes the names from what the code encodes, not a copy.
+/// The metric names a text exposition carries: every `# TYPE` line's family, for a counter the
+/// `_total` series it exports too, and for a histogram its `_bucket`, `_sum` and `_count`
+/// series. Takes the names from what the code encodes, not a copy.
 pub fn exported_names(text: &str) -> Vec<String> {
     let mut names = Vec::new();
     for line in text.lines() {
@@ -266,9 +235,12 @@ pub fn exported_names(text: &str) -> Vec<String> {
             let mut parts = rest.split_whitespace();
             if let (Some(name), Some(kind)) = (parts.next(), parts.next()) {
                 names.push(name.to_owned());
-                if kind == "counter" {
-                    names.push(format!("{name}_total"));
-                }
+                let suffixes: &[&str] = match kind {
+                    "counter" => &["_total"],
+                    "histogram" => &["_bucket", "_sum", "_count"],
+                    _ => &[],
+                };
+                names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
             }
         }
     }

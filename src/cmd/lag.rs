@@ -41,7 +41,7 @@ pub fn lag(args: LagArgs) -> anyhow::Result<()> {
         } else if args.prom {
             // The names and encoder of `keyorder work --metrics-addr`.
             let metrics = keyorder::metrics::Metrics::new();
-            metrics.set_lag(&lag);
+            metrics.set_lag(layout.map(|l| l.partitions), &lag);
             metrics.set_audit(&audit);
             print!("{}", metrics.encode());
         } else {

@@ -238,9 +238,13 @@ impl State {
             return;
         }
         let Some(admin) = self.admin().await else { return };
-        let lag = tokio::time::timeout(LAG_TIMEOUT, admin.lag()).await;
-        if let Some(lag) = self.answered(admin, lag) {
-            self.handle.metrics.set_lag(&lag);
+        let read = async {
+            let layout = admin.routing_state().await?.current().map(|l| l.partitions);
+            Ok::<_, StoreError>((layout, admin.lag().await?))
+        };
+        let read = tokio::time::timeout(LAG_TIMEOUT, read).await;
+        if let Some((layout, lag)) = self.answered(admin, read) {
+            self.handle.metrics.set_lag(layout, &lag);
         }
     }
 

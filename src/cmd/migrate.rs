@@ -28,7 +28,7 @@ pub struct MigrateArgs {
 
 pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     block_on(async {
-        let mut admin = args.locks.admin(&args.db, OpenMode::Migrate).await?;
+        let mut admin = args.locks.admin(&args.db, OpenMode::Migrate, "migrate").await?;
         let applied = admin.migrate().await.context("migrating")?;
         let version = admin.schema_version();
         if applied.is_empty() {

@@ -91,9 +91,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// 2 for input the user can fix, 1 for everything else.
+/// 2 for input the user can fix (a bad flag, a `--database` that leads through a pooler in
+/// transaction mode or to a read-only server), 1 for everything else.
 pub fn exit_code(err: &anyhow::Error) -> u8 {
-    if err.chain().any(|e| e.is::<BadInput>()) {
+    use keyorder::store::StoreError;
+    let wrong_database = |e: &(dyn std::error::Error + 'static)| {
+        matches!(
+            e.downcast_ref::<StoreError>(),
+            Some(StoreError::SessionsPooled { .. } | StoreError::ReadOnly { .. })
+        )
+    };
+    if err.chain().any(|e| e.is::<BadInput>() || wrong_database(e)) {
         2
     } else {
         1

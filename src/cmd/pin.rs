@@ -61,7 +61,8 @@ fn change(
         return Err(BadInput("the key is empty: name the subscription id to pin".into()).into());
     }
     block_on(async {
-        let mut admin = locks.admin(db, OpenMode::Existing).await?;
+        let operation = if partition.is_some() { "pin" } else { "unpin" };
+        let mut admin = locks.admin(db, OpenMode::Existing, operation).await?;
         let done = admin.change_pin(key, partition).await.map_err(|e| match e {
             StoreError::Refused { reason, .. } => anyhow::Error::new(BadInput(reason)),
             other => anyhow::Error::new(other).context("changing the pin"),

@@ -88,15 +88,38 @@ pub struct LockWaitArgs {
 }
 
 impl LockWaitArgs {
-    /// The admin connection of `db`, its lock waits bounded as these flags say, each try that
-    /// gave up reported on stderr.
-    pub async fn admin(&self, db: &Database, mode: OpenMode) -> anyhow::Result<AdminConn> {
+    /// The admin connection of `db` for `operation`, its lock waits bounded as these flags say
+    /// (a session setting), each try that gave up reported on stderr. Refused first when the
+    /// sessions would not be the command's own (a pooler in transaction mode) or the server is
+    /// read-only: these operations set session settings and write.
+    pub async fn admin(
+        &self,
+        db: &Database,
+        mode: OpenMode,
+        operation: &'static str,
+    ) -> anyhow::Result<AdminConn> {
+        require_own_sessions(&db.location()?, operation).await?;
         let mut admin = db.admin(mode).await?;
         admin.bound_lock_waits(
             LockWait::within(Duration::from_secs(self.lock_wait)),
             Box::new(|notice| eprintln!("{notice}")),
         );
         Ok(admin)
+    }
+}
+
+/// Refuses `operation` before it locks or writes anything when the sessions of `location` would
+/// not be its own or the store is read-only (both exit 2, naming the fix).
+pub async fn require_own_sessions(
+    location: &Location,
+    operation: &'static str,
+) -> anyhow::Result<()> {
+    use keyorder::store::StoreError;
+    match location.require_own_sessions(operation).await {
+        Ok(()) => Ok(()),
+        Err(e @ (StoreError::SessionsPooled { .. } | StoreError::ReadOnly { .. })) => Err(e.into()),
+        Err(e) => Err(anyhow::Error::new(e)
+            .context("cannot connect to the database to check its sessions (check --database)")),
     }
 }
 

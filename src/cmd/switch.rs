@@ -39,7 +39,7 @@ pub fn switch(args: SwitchArgs) -> anyhow::Result<()> {
         .into());
     }
     block_on(async {
-        let mut client = args.locks.admin(&args.db, OpenMode::Existing).await?;
+        let mut client = args.locks.admin(&args.db, OpenMode::Existing, "switch").await?;
         let from = super::layout::resolve_with(&mut client, args.from, false, "--from")
             .await?
             .layout()

@@ -166,6 +166,9 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
             .validate()
             .map_err(|e| BadInput(format!("--session-timeout-ms: {e}")))?;
     }
+    // Before anything is locked or written: a pooler in transaction mode would hand a lease's
+    // server connection (and its advisory lock) to other clients between transactions.
+    block_on(super::runtime::require_own_sessions(&location, "work"))??;
     // Creates a SQLite file (with its schema) on first use; checks the schema otherwise. The
     // count comes from the database; the queue's misplaced rows are reported before anything
     // starts, then every AUDIT_PERIOD.

@@ -38,6 +38,8 @@ pub mod timed;
 /// A driver's error, kept as the source of a [`StoreError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+pub use postgres::pooler::PoolingMode;
+
 /// Errors at the store boundary. Any of them on a lease session means the lease is gone.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -127,6 +129,52 @@ pub enum StoreError {
         waited: Duration,
         /// The processes holding locks on the database's files when it gave up.
         holders: Vec<sqlite::lock_holders::FileLockHolder>,
+    },
+    /// The database URL leads through a connection pooler that hands the server connection
+    /// behind a client session to other clients between transactions (PgBouncer's transaction
+    /// or statement pooling): session advisory locks (leases), session settings and prepared
+    /// statements would not stay this client's, so the operation refuses before it starts.
+    #[error(
+        "{operation} needs PostgreSQL sessions of its own, but --database leads through a \
+         connection pooler in {mode} pooling mode (it hands the server connection behind a \
+         session to other clients between {between}), so a partition's lease would not stay \
+         with the worker that took it. Point --database at a pool in session mode (PgBouncer: \
+         pool_mode = session) or straight at the server"
+    )]
+    SessionsPooled {
+        /// The operation refused.
+        operation: &'static str,
+        /// What the pooler was found to do.
+        mode: PoolingMode,
+        /// What the pooler switches between, for the message.
+        between: &'static str,
+    },
+    /// A lease's session answered from another server session than the one that took the
+    /// lock: a pooler moved it, and the lock is no longer this session's.
+    #[error(
+        "partition {partition}: the lease's session moved from server process {held_by} to \
+         {now_on} (a connection pooler in transaction mode?); the lease is given up"
+    )]
+    SessionMoved {
+        /// The partition.
+        partition: PartitionId,
+        /// The server process that took the lock.
+        held_by: i32,
+        /// The server process that answered now.
+        now_on: i32,
+    },
+    /// The server accepts no writes (a standby in recovery, or `default_transaction_read_only`):
+    /// the operation writes.
+    #[error(
+        "{operation} writes, but the server --database names is read-only ({why}). Name the \
+         primary, or list every server and let the client find it: \
+         postgres://user@primary,standby/db?target_session_attrs=read-write"
+    )]
+    ReadOnly {
+        /// The operation refused.
+        operation: &'static str,
+        /// What the server said about itself.
+        why: String,
     },
     /// The store refused the request, saying why.
     #[error("store refused {operation}: {reason}")]

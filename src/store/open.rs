@@ -65,6 +65,22 @@ impl Location {
         }))
     }
 
+    /// Checks, before `operation` takes a lock or writes anything, that sessions opened here
+    /// are the caller's own and the store accepts writes. PostgreSQL: no connection pooler in
+    /// transaction or statement mode between (session advisory locks, session settings and
+    /// prepared statements belong to the server connection), and not a standby
+    /// ([`crate::store::postgres::pooler`]); [`StoreError::SessionsPooled`] or
+    /// [`StoreError::ReadOnly`] otherwise. A SQLite file's connections are always its own.
+    pub async fn require_own_sessions(&self, operation: &'static str) -> Result<(), StoreError> {
+        match &self.0 {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(url) => {
+                let config = PgStore::config_of(url)?;
+                postgres::pooler::require_own_sessions(&config, operation).await
+            }
+        }
+    }
+
     /// A factory of worker stores leasing under `count` partitions: checks the URL and the
     /// options now (nothing is connected yet).
     pub fn stores(

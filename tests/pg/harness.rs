@@ -152,6 +152,43 @@ impl PgServer {
         self.pg_ctl("start");
     }
 
+    /// A streaming standby of this server (`pg_basebackup -R`, so it follows this one), on a
+    /// port of its own and started. With `synchronous`, this server waits for the standby to
+    /// flush every commit before it acknowledges it (`synchronous_standby_names = '*'`, set and
+    /// reloaded here).
+    pub fn standby(&self, synchronous: bool) -> PgServer {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("keyorder-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let standby = PgServer { dir, port: free_port(), as_postgres: self.as_postgres };
+        if standby.as_postgres {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&standby.dir)
+                .status()
+                .expect("chown");
+            assert!(ok.success(), "chown of the standby's folder failed");
+        }
+        let port = self.port.to_string();
+        let args = ["pg_basebackup", "-h", "127.0.0.1", "-p", &port, "-U", "postgres"];
+        standby.run(&[&args[..], &["-c", "fast", "-R", "-X", "stream", "-D"]].concat(), true);
+        standby.pg_ctl("start");
+        if synchronous {
+            let sql = "ALTER SYSTEM SET synchronous_standby_names = '*'";
+            self.run(&["psql", "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-c", sql], false);
+            let data = self.data();
+            self.run(&["pg_ctl", "reload", "-D", &data], false);
+        }
+        standby
+    }
+
+    /// Promotes this standby to a primary (`pg_ctl promote`, waiting until it accepts writes).
+    pub fn promote(&self) {
+        let data = self.data();
+        self.run(&["pg_ctl", "promote", "-w", "-t", "60", "-D", &data], false);
+    }
+
     /// A URL for database `db`.
     pub fn url(&self, db: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)

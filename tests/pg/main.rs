@@ -1,5 +1,6 @@
 //! Tests against a real PostgreSQL 15 server that the tests start themselves (see harness).
 
+mod bouncer;
 #[path = "../conformance/mod.rs"]
 mod conformance;
 mod endpoint;
@@ -13,10 +14,12 @@ mod cli;
 mod compat;
 mod conformance_pg;
 mod crash;
+mod failover;
 mod leases;
 mod liveness;
 mod metrics;
 mod online;
 mod ordering;
 mod poison;
+mod pooler;
 mod routing;

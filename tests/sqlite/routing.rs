@@ -144,6 +144,11 @@ fn rows_a_wrong_producer_inserted_by_sql_are_reported_by_lag_and_work() {
     let prom = String::from_utf8_lossy(&keyorder(&dir.0, &["lag", "--prom"]).stdout).to_string();
     assert!(prom.contains("keyorder_queue_stranded_rows 1"), "{prom}");
     assert!(prom.contains("keyorder_queue_misrouted_rows 1"), "{prom}");
+    // The layout's 16 partitions, 0 when empty, and the stranded partition's own series.
+    let depth: Vec<&str> =
+        prom.lines().filter(|l| l.starts_with("keyorder_partition_depth{")).collect();
+    assert_eq!(depth.len(), 17, "{prom}");
+    assert!(depth[16].starts_with("keyorder_partition_depth{partition=\"40\"} 1"), "{prom}");
     let work = keyorder(
         &dir.0,
         &["work", "--deliver", "http://127.0.0.1:9/", "--stop-after", "1", "--threads", "1"],

@@ -102,7 +102,7 @@ impl Admin for PgAdmin {
     async fn queued_keys(&self) -> Result<Vec<(String, f64)>, StoreError> {
         let rows = self
             .client
-            .query(
+            .query_typed(
                 "SELECT partition_key, count(*)::float8 FROM delivery_queue GROUP BY 1 ORDER BY 1",
                 &[],
             )
@@ -150,7 +150,10 @@ impl Admin for PgAdmin {
     async fn dead_letters_after(&self, after_id: i64) -> Result<i64, StoreError> {
         Ok(self
             .client
-            .query_one("SELECT count(*) FROM delivery_dlq WHERE id > $1", &[&after_id])
+            .query_typed_one(
+                "SELECT count(*) FROM delivery_dlq WHERE id > $1",
+                &[(&after_id, tokio_postgres::types::Type::INT8)],
+            )
             .await?
             .get(0))
     }

@@ -1,6 +1,7 @@
 //! The routing records on PostgreSQL: the layouts and the pins (see [`crate::layout`]), and
 //! the queued placements the audit judges.
 
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient};
 
 use crate::ids::PartitionId;
@@ -38,7 +39,7 @@ pub(crate) async fn router_in(
     operation: &'static str,
 ) -> Result<Producing, StoreError> {
     let row = tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT epoch, partitions, set_config('keyorder.routed', 'on', true),
                     pg_current_xact_id()::text::bigint,
                     pg_get_serial_sequence('delivery_queue', 'seq')::regclass::oid
@@ -50,7 +51,10 @@ pub(crate) async fn router_in(
     let (epoch, count) = (row.get::<_, i32>(0), recorded_count(i64::from(row.get::<_, i16>(1)))?);
     let mut pins = Overrides::new();
     for r in tx
-        .query("SELECT partition_key, partition FROM keyorder_pin WHERE until_epoch IS NULL", &[])
+        .query_typed(
+            "SELECT partition_key, partition FROM keyorder_pin WHERE until_epoch IS NULL",
+            &[],
+        )
         .await?
     {
         pins.pin(r.get::<_, String>(0), PartitionId(r.get::<_, i16>(1) as u16));
@@ -63,11 +67,11 @@ pub(crate) async fn router_in(
 /// Records `count` as layout 0 when no layout is recorded; returns the layout in force.
 pub async fn record(client: &Client, count: PartitionCount) -> Result<LayoutRecord, StoreError> {
     client
-        .execute(
+        .query_typed(
             "INSERT INTO keyorder_layout (epoch, partitions)
              SELECT 0, $1 WHERE NOT EXISTS (SELECT 1 FROM keyorder_layout)
              ON CONFLICT DO NOTHING",
-            &[&(count.get() as i16)],
+            &[(&(count.get() as i16), Type::INT2)],
         )
         .await?;
     state(client).await?.current().ok_or_else(|| no_layout("record the layout"))
@@ -76,14 +80,16 @@ pub async fn record(client: &Client, count: PartitionCount) -> Result<LayoutReco
 /// Every layout and pin.
 pub async fn state(client: &Client) -> Result<RoutingState, StoreError> {
     let mut layouts = Vec::new();
-    for r in client.query("SELECT epoch, partitions FROM keyorder_layout ORDER BY 1", &[]).await? {
+    for r in
+        client.query_typed("SELECT epoch, partitions FROM keyorder_layout ORDER BY 1", &[]).await?
+    {
         layouts.push(LayoutRecord {
             epoch: r.get(0),
             partitions: recorded_count(i64::from(r.get::<_, i16>(1)))?,
         });
     }
     let pins = client
-        .query(
+        .query_typed(
             "SELECT partition_key, partition, from_epoch, until_epoch FROM keyorder_pin ORDER BY 1, 3",
             &[],
         )
@@ -102,7 +108,7 @@ pub async fn state(client: &Client) -> Result<RoutingState, StoreError> {
 /// Queued rows grouped by key, partition and layout, in that order.
 pub async fn placements(client: &Client) -> Result<Vec<Placement>, StoreError> {
     Ok(client
-        .query(
+        .query_typed(
             "SELECT partition_key, partition, layout, count(*) FROM delivery_queue
              GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
             &[],
@@ -143,42 +149,48 @@ async fn change_pin_once(
     let tx = client.transaction().await?;
     tx.batch_execute("LOCK TABLE keyorder_layout IN EXCLUSIVE MODE").await?;
     let row = tx
-        .query_opt("SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1", &[])
+        .query_typed_opt(
+            "SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1",
+            &[],
+        )
         .await?
         .ok_or_else(|| no_layout("pin"))?;
     let (epoch, count) = (row.get::<_, i32>(0), recorded_count(i64::from(row.get::<_, i16>(1)))?);
     crate::layout::check_pin(key, partition, count)
         .map_err(|reason| StoreError::Refused { operation: "pin", reason })?;
     let previous = tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT partition FROM keyorder_pin WHERE partition_key = $1 AND until_epoch IS NULL",
-            &[&key],
+            &[(&key, Type::TEXT)],
         )
         .await?
         .map(|r| PartitionId(r.get::<_, i16>(0) as u16));
     let queued: i64 = tx
-        .query_one("SELECT count(*) FROM delivery_queue WHERE partition_key = $1", &[&key])
+        .query_typed_one(
+            "SELECT count(*) FROM delivery_queue WHERE partition_key = $1",
+            &[(&key, Type::TEXT)],
+        )
         .await?
         .get(0);
     if previous == partition {
         return Ok(PinChange { epoch, previous, queued_rows: queued, changed: false });
     }
     let next = epoch + 1;
-    tx.execute(
+    tx.query_typed(
         "UPDATE keyorder_pin SET until_epoch = $2 WHERE partition_key = $1 AND until_epoch IS NULL",
-        &[&key, &next],
+        &[(&key, Type::TEXT), (&next, Type::INT4)],
     )
     .await?;
     if let Some(p) = partition {
-        tx.execute(
+        tx.query_typed(
             "INSERT INTO keyorder_pin (partition_key, partition, from_epoch) VALUES ($1, $2, $3)",
-            &[&key, &(p.0 as i16), &next],
+            &[(&key, Type::TEXT), (&(p.0 as i16), Type::INT2), (&next, Type::INT4)],
         )
         .await?;
     }
-    tx.execute(
+    tx.query_typed(
         "INSERT INTO keyorder_layout (epoch, partitions) VALUES ($1, $2)",
-        &[&next, &(count.get() as i16)],
+        &[(&next, Type::INT4), (&(count.get() as i16), Type::INT2)],
     )
     .await?;
     tx.commit().await?;

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use crate::store::lock_wait::{LockHolder, LockWait, LockWaitNotice, LockWaitReport};
@@ -93,7 +94,7 @@ async fn holders(client: &Client, contended: &Contended) -> Result<Vec<LockHolde
     let tables: Vec<&str> = contended.tables.to_vec();
     let compatible: Vec<&str> = contended.compatible.to_vec();
     let rows = client
-        .query(
+        .query_typed(
             "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''),
                     extract(epoch FROM now() - a.xact_start)::float8,
                     left(regexp_replace(coalesce(a.query, ''), '\\s+', ' ', 'g'), 120),
@@ -107,7 +108,11 @@ async fn holders(client: &Client, contended: &Contended) -> Result<Vec<LockHolde
                     OR (l.locktype = 'advisory' AND l.classid = $3::int4::oid))
              GROUP BY 1, 2, 3, 4, 5
              ORDER BY 4 DESC NULLS LAST, 1",
-            &[&tables, &compatible, &contended.advisory.unwrap_or(-1)],
+            &[
+                (&tables, Type::TEXT_ARRAY),
+                (&compatible, Type::TEXT_ARRAY),
+                (&contended.advisory.unwrap_or(-1), Type::INT4),
+            ],
         )
         .await?;
     Ok(rows

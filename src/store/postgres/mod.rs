@@ -38,6 +38,7 @@ mod endpoints;
 mod error;
 pub mod layout;
 mod lock_wait;
+pub mod pooler;
 pub mod queue;
 pub mod schema;
 
@@ -58,6 +59,8 @@ pub struct PgStore {
     /// Connections whose lease try failed, kept for the next try: a worker that loses a race
     /// for a partition costs the server a round trip, not a new backend.
     spare: std::sync::Mutex<Vec<Client>>,
+    /// The `SET` statements every session of the store runs first (see [`PgStore::new`]).
+    session: String,
 }
 
 impl Clone for PgStore {
@@ -70,6 +73,7 @@ impl Clone for PgStore {
             // A connection is driven by the runtime that opened it: never hand one to a clone
             // that may run on another.
             spare: Default::default(),
+            session: self.session.clone(),
         }
     }
 }
@@ -100,15 +104,38 @@ impl PgStore {
     /// under `count` partitions.
     ///
     /// Every session of the store plans each prepared statement once (`plan_cache_mode =
-    /// force_generic_plan`, a startup option): the hot statements are written so that the
-    /// generic plan is the right one ([`head_read_statement`]), and left to choose, the server
-    /// planned each head read anew (its generic estimate looks worse than a custom plan's), which
-    /// halved a no-op drain.
+    /// force_generic_plan`, set when the session opens): the hot statements are written so that
+    /// the generic plan is the right one ([`head_read_statement`]), and left to choose, the
+    /// server planned each head read anew (its generic estimate looks worse than a custom
+    /// plan's), which halved a no-op drain.
+    ///
+    /// Session settings are `SET` by the session's first statement, not sent as the `options`
+    /// startup parameter, which connection poolers refuse (PgBouncer: "unsupported startup
+    /// parameter") or drop.
     pub fn new(url: &str, count: PartitionCount, options: PgOptions) -> Result<Self, StoreError> {
-        let mut config = Self::config_of(url)?;
-        let given = config.get_options().unwrap_or_default().trim().to_owned();
-        config.options(format!("{given} -c plan_cache_mode=force_generic_plan").trim_start());
-        Ok(Self { config, count, options, clock: TokioClock::start(), spare: Default::default() })
+        let config = Self::config_of(url)?;
+        Ok(Self {
+            config,
+            count,
+            options,
+            clock: TokioClock::start(),
+            spare: Default::default(),
+            session: "SET plan_cache_mode = force_generic_plan".to_owned(),
+        })
+    }
+
+    /// Opens one session of the store: connected, with the store's session settings set.
+    async fn open_session(&self) -> Result<Client, StoreError> {
+        let client = connect(&self.config).await?;
+        client.batch_execute(&self.session).await?;
+        Ok(client)
+    }
+
+    /// Checks that sessions of this store are its own (no pooler in transaction or statement
+    /// mode between it and the server) and that the server accepts writes, before `operation`
+    /// takes a lease (see [`pooler::require_own_sessions`]).
+    pub async fn require_own_sessions(&self, operation: &'static str) -> Result<(), StoreError> {
+        pooler::require_own_sessions(&self.config, operation).await
     }
 
     /// The connection configuration of `url`, with a connect timeout of 5 s unless it sets one;
@@ -130,8 +157,8 @@ impl PgStore {
 
     /// Has the server end every session of this store (membership, leases, spares) that stays
     /// silent longer than `timeout`, and the client give up on a dead peer as fast; reports what
-    /// the server could bound. Call once before the store is used: the settings travel as
-    /// startup options of every connection opened afterwards (no extra round trip).
+    /// the server could bound. Call once before the store is used: every session opened
+    /// afterwards sets them in its first statement (with the store's other settings).
     ///
     /// Per session: `idle_session_timeout` (PostgreSQL 14 and later: the server's own timer, so
     /// it ends the session of a frozen or cut-off client whose kernel or proxy still answers TCP),
@@ -142,11 +169,9 @@ impl PgStore {
         let row =
             client.query_one("SELECT current_setting('server_version_num')::int4", &[]).await?;
         let bound = SessionBound::new(row.get(0), timeout);
-        let options = match self.config.get_options() {
-            Some(given) if !given.trim().is_empty() => format!("{given} {}", bound.options()),
-            _ => bound.options(),
-        };
-        self.config.options(options);
+        for (name, value) in bound.settings() {
+            self.session.push_str(&format!("; SET {name} = {value}"));
+        }
         let (idle, interval, count) = bound.keepalives();
         self.config
             .keepalives(true)
@@ -186,22 +211,30 @@ impl SessionBound {
         (secs(self.timeout / 3), secs(self.timeout / 9), 3)
     }
 
-    /// The startup options (`-c name=value ...`) that set the bound per session.
-    pub fn options(&self) -> String {
-        let ms = self.timeout.as_millis().max(1);
+    /// The settings (name, value) that set the bound per session, in the order they are set.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let ms = self.timeout.as_millis().max(1).to_string();
         let (idle, interval, count) = self.keepalives();
-        let mut o = format!(
-            "-c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={count}",
-            idle.as_secs(),
-            interval.as_secs()
-        );
+        let mut s = vec![
+            ("idle_in_transaction_session_timeout", ms.clone()),
+            ("tcp_keepalives_idle", idle.as_secs().to_string()),
+            ("tcp_keepalives_interval", interval.as_secs().to_string()),
+            ("tcp_keepalives_count", count.to_string()),
+        ];
         if self.server_version_num >= 120_000 {
-            o.push_str(&format!(" -c tcp_user_timeout={ms}"));
+            s.push(("tcp_user_timeout", ms.clone()));
         }
         if self.server_ends_silent_sessions() {
-            o.push_str(&format!(" -c idle_session_timeout={ms}"));
+            s.push(("idle_session_timeout", ms));
         }
-        o
+        s
+    }
+
+    /// The settings as startup options (`-c name=value ...`), for a connection string.
+    pub fn options(&self) -> String {
+        let all: Vec<String> =
+            self.settings().iter().map(|(name, value)| format!("-c {name}={value}")).collect();
+        all.join(" ")
     }
 
     /// What is and is not bounded on this server, for the operator, when not everything is.
@@ -229,7 +262,7 @@ impl Store for PgStore {
     type Lease = PgLease;
 
     async fn connect(&self, _worker: &str) -> Result<PgControl, StoreError> {
-        let client = connect(&self.config).await?;
+        let client = self.open_session().await?;
         schema::require_current(&client).await?;
         client
             .execute("SELECT pg_advisory_lock($1, pg_backend_pid())", &[&MEMBER_NAMESPACE])
@@ -252,6 +285,7 @@ impl Store for PgStore {
             },
             None => self.try_lock_fresh(p).await?,
         };
+        let backend: i32 = row.get(1);
         if !row.get::<_, bool>(0) {
             let mut spare = self.spares();
             if spare.len() < MAX_SPARE {
@@ -278,6 +312,7 @@ impl Store for PgStore {
         let handover = if row.get::<_, bool>(1) { Handover::Clean } else { Handover::Unclean };
         Ok(Some(PgLease {
             client,
+            backend,
             partition,
             epoch: Epoch(epoch as u64),
             handover,
@@ -288,12 +323,12 @@ impl Store for PgStore {
     }
 }
 
-/// Tries a partition's lease lock.
-const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1, $2)";
+/// Tries a partition's lease lock, and names the server process that holds it if taken.
+const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1, $2), pg_backend_pid()";
 
 impl PgStore {
     async fn try_lock_fresh(&self, p: i32) -> Result<(Client, tokio_postgres::Row), StoreError> {
-        let client = connect(&self.config).await?;
+        let client = self.open_session().await?;
         let row = client.query_one(TRY_LOCK, &[&LEASE_NAMESPACE, &p]).await?;
         Ok((client, row))
     }
@@ -323,6 +358,10 @@ impl MembershipSession for PgControl {
 /// of the partition on it.
 pub struct PgLease {
     client: Client,
+    /// The server process that took the lock: every statement that proves the session (the
+    /// head read, the acknowledgements, the ping) names the process that ran it, and any other
+    /// means a pooler moved the session, so the lock is not this session's any more.
+    backend: i32,
     partition: PartitionId,
     epoch: Epoch,
     /// How the previous holder left, read when the lease was taken.
@@ -341,9 +380,9 @@ struct Prepared {
     read_ahead: Statement,
     /// The same, passing over the rows of the keys `$4` (the parked keys).
     read_ahead_skip: Statement,
-    /// Deletes the acknowledged seqs `$2` of partition `$1`.
+    /// Deletes the acknowledged seqs `$2` of partition `$1`; answers the server process.
     delete_acks: Statement,
-    /// Proves the session alive.
+    /// Proves the session alive; answers the server process.
     ping: Statement,
 }
 
@@ -357,7 +396,8 @@ const HEAD_COLUMNS: &str = "seq, event_id, partition_key, payload::text, attempt
 /// A head read of up to `$3` rows after seq `$2` of partition `$1` (and `filter`): the ids of
 /// the transactions the statement's own snapshot saw running; whether one of the transactions
 /// `$4` inserted a row of the partition at or below `$2` (a commit behind the cursor); then
-/// [`HEAD_COLUMNS`]. One row with NULL head columns when no row matches.
+/// [`HEAD_COLUMNS`]; then the server process that ran it. One row with NULL head columns when
+/// no row matches.
 ///
 /// Written so that the planner has one good plan whatever the statistics and the visibility
 /// map say, since a prepared statement soon runs a generic plan, which knows neither the
@@ -382,7 +422,7 @@ fn read_ahead_statement(filter: &str) -> String {
                                   JOIN delivery_queue l ON l.partition = $1
                                     AND l.producer_xid = w.x AND l.seq <= $2)
                 END,
-                h.*
+                h.*, pg_backend_pid()
          FROM (SELECT 1) one
          LEFT JOIN LATERAL (
            SELECT {HEAD_COLUMNS} FROM delivery_queue q
@@ -420,9 +460,12 @@ impl PgLease {
                 read_ahead_skip: self.client.prepare(&read_ahead_skip).await?,
                 delete_acks: self
                     .client
-                    .prepare("DELETE FROM delivery_queue WHERE partition = $1 AND seq = ANY($2)")
+                    .prepare(
+                        "WITH d AS (DELETE FROM delivery_queue WHERE partition = $1 AND seq = ANY($2))
+                         SELECT pg_backend_pid()",
+                    )
                     .await?,
-                ping: self.client.prepare("SELECT 1").await?,
+                ping: self.client.prepare("SELECT pg_backend_pid()").await?,
             };
             self.prepared = Some(prepared);
         }
@@ -436,9 +479,24 @@ impl PgLease {
         let seqs: Vec<i64> = self.drain.take_acks().into_iter().map(|s| s.0).collect();
         let delete = self.prepared().await?.delete_acks.clone();
         let sent = self.clock.now();
-        self.client.execute(&delete, &[&self.p(), &seqs]).await?;
+        let row = self.client.query_one(&delete, &[&self.p(), &seqs]).await?;
+        self.same_session(row.get(0))?;
         self.drain.heard(sent);
         Ok(())
+    }
+
+    /// Whether server process `answered` is the one that took the lock; [`StoreError::SessionMoved`]
+    /// otherwise (the lease is then given up: a pooler handed the session to another server
+    /// connection, and the lock stayed with the old one).
+    fn same_session(&self, answered: i32) -> Result<(), StoreError> {
+        if answered == self.backend {
+            return Ok(());
+        }
+        Err(StoreError::SessionMoved {
+            partition: self.partition,
+            held_by: self.backend,
+            now_on: answered,
+        })
     }
 
     /// One round trip that proves the session: the buffered acknowledgements, else a ping.
@@ -448,7 +506,8 @@ impl PgLease {
         }
         let ping = self.prepared().await?.ping.clone();
         let sent = self.clock.now();
-        self.client.execute(&ping, &[]).await?;
+        let row = self.client.query_one(&ping, &[]).await?;
+        self.same_session(row.get(0))?;
         self.drain.heard(sent);
         Ok(())
     }
@@ -490,6 +549,7 @@ impl PgLease {
             let reason = "the head read returned no row, not even its snapshot".to_owned();
             return Err(StoreError::Refused { operation: "fetch_head", reason });
         };
+        self.same_session(first.get(10))?;
         let running: Vec<i64> = first.get(0);
         let running = running.into_iter().map(|x| x.max(0) as u64).collect();
         let late: bool = first.get(1);

@@ -1,6 +1,7 @@
 //! Queue operations outside a lease: batch enqueue, lag and skew, the split-key check, the
 //! drain-to-zero figures repartitioning needs, and the dead-letter table.
 
+use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use crate::key::{partition_key, Event};
@@ -46,14 +47,14 @@ pub async fn enqueue(
         let mut distinct: Vec<&str> = keys.clone();
         distinct.sort_unstable();
         distinct.dedup();
-        tx.execute(
+        tx.query_typed(
             "SELECT pg_advisory_xact_lock($1, hashtext(k)) FROM unnest($2::text[]) AS k ORDER BY k",
-            &[&KEY_NAMESPACE, &distinct],
+            &[(&KEY_NAMESPACE, Type::INT4), (&distinct, Type::TEXT_ARRAY)],
         )
         .await?;
     }
     let rows = tx
-        .query(
+        .query_typed(
             "INSERT INTO delivery_queue
                (seq, producer_xid, partition, partition_key, event_id, payload, layout)
              SELECT nextval($6::oid::regclass), $7, p, k, e, pl::jsonb, $5
@@ -61,13 +62,13 @@ pub async fn enqueue(
              ON CONFLICT (event_id) DO NOTHING
              RETURNING event_id",
             &[
-                &partitions,
-                &keys,
-                &ids,
-                &payloads,
-                &producing.epoch,
-                &producing.seq_sequence,
-                &producing.xid,
+                (&partitions, Type::INT2_ARRAY),
+                (&keys, Type::TEXT_ARRAY),
+                (&ids, Type::TEXT_ARRAY),
+                (&payloads, Type::TEXT_ARRAY),
+                (&producing.epoch, Type::INT4),
+                (&producing.seq_sequence, Type::OID),
+                (&producing.xid, Type::INT8),
             ],
         )
         .await?;
@@ -111,14 +112,20 @@ async fn switch_once(
     let tx = client.transaction().await?;
     tx.batch_execute("LOCK TABLE keyorder_layout IN EXCLUSIVE MODE").await?;
     let current = tx
-        .query_opt("SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1", &[])
+        .query_typed_opt(
+            "SELECT epoch, partitions FROM keyorder_layout ORDER BY epoch DESC LIMIT 1",
+            &[],
+        )
         .await?;
     let (epoch, count) = match current {
         Some(r) => (r.get::<_, i32>(0), r.get::<_, i16>(1)),
         None => {
             let n = from.get() as i16;
-            tx.execute("INSERT INTO keyorder_layout (epoch, partitions) VALUES (0, $1)", &[&n])
-                .await?;
+            tx.query_typed(
+                "INSERT INTO keyorder_layout (epoch, partitions) VALUES (0, $1)",
+                &[(&n, Type::INT2)],
+            )
+            .await?;
             (0, n)
         }
     };
@@ -129,10 +136,10 @@ async fn switch_once(
         });
     }
     if let Some(pin) = tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT partition_key, partition FROM keyorder_pin
              WHERE until_epoch IS NULL AND partition >= $1 ORDER BY 1 LIMIT 1",
-            &[&(to.get() as i16)],
+            &[(&(to.get() as i16), Type::INT2)],
         )
         .await?
     {
@@ -142,9 +149,9 @@ async fn switch_once(
         });
     }
     let next = epoch + 1;
-    tx.execute(
+    tx.query_typed(
         "INSERT INTO keyorder_layout (epoch, partitions) VALUES ($1, $2)",
-        &[&next, &(to.get() as i16)],
+        &[(&next, Type::INT4), (&(to.get() as i16), Type::INT2)],
     )
     .await?;
     tx.commit().await?;
@@ -155,7 +162,7 @@ async fn switch_once(
 /// largest of the layouts that still have rows queued.
 pub async fn consumer_count(client: &Client) -> Result<Option<PartitionCount>, StoreError> {
     let row = client
-        .query_one(
+        .query_typed_one(
             "SELECT max(partitions) FROM keyorder_layout k
              WHERE k.epoch = (SELECT max(epoch) FROM keyorder_layout)
                 OR EXISTS (SELECT 1 FROM delivery_queue q WHERE q.layout = k.epoch)",
@@ -173,7 +180,7 @@ pub async fn consumer_count(client: &Client) -> Result<Option<PartitionCount>, S
 /// scrapes.
 pub async fn lag(client: &Client) -> Result<Vec<PartitionLag>, StoreError> {
     let rows = client
-        .query(
+        .query_typed(
             "WITH k AS (
                SELECT partition, partition_key, count(*) AS n, min(enqueued_at) AS oldest,
                       min(seq) AS head
@@ -209,9 +216,9 @@ pub async fn lag(client: &Client) -> Result<Vec<PartitionLag>, StoreError> {
 /// The `limit` keys with the most queued rows.
 pub async fn heaviest_keys(client: &Client, limit: i64) -> Result<Vec<KeyDepth>, StoreError> {
     let rows = client
-        .query(
+        .query_typed(
             "SELECT partition_key, count(*) FROM delivery_queue GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $1",
-            &[&limit],
+            &[(&limit, Type::INT8)],
         )
         .await?;
     Ok(rows.iter().map(|r| KeyDepth { key: r.get(0), depth: r.get(1) }).collect())
@@ -221,11 +228,11 @@ pub async fn heaviest_keys(client: &Client, limit: i64) -> Result<Vec<KeyDepth>,
 /// `limit` of them.
 pub async fn split_keys(client: &Client, limit: i64) -> Result<Vec<SplitKey>, StoreError> {
     let rows = client
-        .query(
+        .query_typed(
             "SELECT partition_key, array_agg(DISTINCT partition ORDER BY partition)
              FROM delivery_queue GROUP BY partition_key HAVING count(DISTINCT partition) > 1
              ORDER BY 1 LIMIT $1",
-            &[&limit],
+            &[(&limit, Type::INT8)],
         )
         .await?;
     Ok(rows.iter().map(|r| SplitKey { key: r.get(0), partitions: r.get(1) }).collect())
@@ -249,12 +256,12 @@ pub async fn dead_letter_page(
     limit: i64,
 ) -> Result<Vec<DeadRow>, StoreError> {
     let rows = client
-        .query(
+        .query_typed(
             "SELECT id, seq, partition, partition_key, event_id, attempts, reason,
                     dead_lettered_at::text, payload::text
              FROM delivery_dlq WHERE ($1::int8 IS NULL OR id = $1) AND ($3::int8 IS NULL OR id < $3)
              ORDER BY id DESC LIMIT $2",
-            &[&id, &limit, &below],
+            &[(&id, Type::INT8), (&limit, Type::INT8), (&below, Type::INT8)],
         )
         .await?;
     Ok(rows
@@ -280,7 +287,10 @@ pub async fn redrive(client: &mut Client, id: i64) -> Result<Option<i64>, StoreE
     let tx = client.transaction().await?;
     let producing = super::layout::router_in(&tx, "redrive").await?;
     let Some(row) = tx
-        .query_opt("DELETE FROM delivery_dlq WHERE id = $1 RETURNING partition_key, event_id, payload::text", &[&id])
+        .query_typed_opt(
+            "DELETE FROM delivery_dlq WHERE id = $1 RETURNING partition_key, event_id, payload::text",
+            &[(&id, Type::INT8)],
+        )
         .await?
     else {
         return Ok(None);
@@ -288,19 +298,19 @@ pub async fn redrive(client: &mut Client, id: i64) -> Result<Option<i64>, StoreE
     let key: String = row.get(0);
     let partition = producing.router.route(&key).0 as i16;
     let seq: i64 = tx
-        .query_one(
+        .query_typed_one(
             "INSERT INTO delivery_queue
                (seq, producer_xid, partition, partition_key, event_id, payload, layout)
              VALUES (nextval($6::oid::regclass), $7, $1, $2, $3, $4::text::jsonb, $5)
              RETURNING seq",
             &[
-                &partition,
-                &key,
-                &row.get::<_, String>(1),
-                &row.get::<_, String>(2),
-                &producing.epoch,
-                &producing.seq_sequence,
-                &producing.xid,
+                (&partition, Type::INT2),
+                (&key, Type::TEXT),
+                (&row.get::<_, String>(1), Type::TEXT),
+                (&row.get::<_, String>(2), Type::TEXT),
+                (&producing.epoch, Type::INT4),
+                (&producing.seq_sequence, Type::OID),
+                (&producing.xid, Type::INT8),
             ],
         )
         .await?
@@ -311,13 +321,13 @@ pub async fn redrive(client: &mut Client, id: i64) -> Result<Option<i64>, StoreE
 
 /// Rows in the queue.
 pub async fn depth(client: &Client) -> Result<i64, StoreError> {
-    Ok(client.query_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0))
+    Ok(client.query_typed_one("SELECT count(*) FROM delivery_queue", &[]).await?.get(0))
 }
 
 /// Every per-key delivery target (`keyorder_endpoint`), in key order.
 pub async fn endpoints(client: &Client) -> Result<Vec<crate::endpoints::EndpointRow>, StoreError> {
     let rows = client
-        .query("SELECT partition_key, url, secret_ref FROM keyorder_endpoint ORDER BY 1", &[])
+        .query_typed("SELECT partition_key, url, secret_ref FROM keyorder_endpoint ORDER BY 1", &[])
         .await?;
     Ok(rows
         .iter()

@@ -1,6 +1,7 @@
 //! The schema: the reference design's `delivery_queue`, plus only what the design needs, and
 //! the `delivery_dlq` table the reference never defines. Versioned, idempotent migrations.
 
+use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use crate::store::lock_wait::{LockWait, LockWaitReport};
@@ -300,7 +301,8 @@ async fn apply(client: &mut Client, version: i32, m: &Migration) -> Result<bool,
         }
     }
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&MIGRATE_NAMESPACE]).await?;
+    tx.query_typed("SELECT pg_advisory_xact_lock($1, 0)", &[(&MIGRATE_NAMESPACE, Type::INT4)])
+        .await?;
     if recorded(&tx, version).await? {
         tx.commit().await?;
         return Ok(false);
@@ -317,7 +319,11 @@ async fn apply(client: &mut Client, version: i32, m: &Migration) -> Result<bool,
         }
     }
     tx.batch_execute(m.sql).await?;
-    tx.execute("INSERT INTO keyorder_migrations (version) VALUES ($1)", &[&version]).await?;
+    tx.query_typed(
+        "INSERT INTO keyorder_migrations (version) VALUES ($1)",
+        &[(&version, Type::INT4)],
+    )
+    .await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -328,7 +334,10 @@ async fn recorded(
     version: i32,
 ) -> Result<bool, StoreError> {
     let row = client
-        .query_opt("SELECT 1 FROM keyorder_migrations WHERE version = $1", &[&version])
+        .query_typed_opt(
+            "SELECT 1 FROM keyorder_migrations WHERE version = $1",
+            &[(&version, Type::INT4)],
+        )
         .await?;
     Ok(row.is_some())
 }
@@ -339,9 +348,9 @@ async fn index_valid(
     name: &str,
 ) -> Result<Option<bool>, StoreError> {
     let row = client
-        .query_opt(
+        .query_typed_opt(
             "SELECT indisvalid AND indisready FROM pg_index WHERE indexrelid = to_regclass($1)",
-            &[&name],
+            &[(&name, Type::TEXT)],
         )
         .await?;
     Ok(row.map(|r| r.get(0)))
@@ -351,7 +360,7 @@ async fn index_valid(
 /// older than this build.
 pub async fn require_current(client: &Client) -> Result<(), StoreError> {
     let found: Option<i32> =
-        match client.query_one("SELECT max(version) FROM keyorder_migrations", &[]).await {
+        match client.query_typed_one("SELECT max(version) FROM keyorder_migrations", &[]).await {
             Ok(row) => row.get(0),
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => None,
             Err(e) => return Err(e.into()),
