@@ -1,7 +1,8 @@
 //! The checker: a delivery [`History`] in, a [`Verdict`] out.
 //!
 //! Violations (the design is broken): **reorder**, **split key**, **lost**, **concurrent**,
-//! and the liveness verdict **stall** (a partition's head still queued long after enqueue).
+//! **skip** (a key's head passed over while still queued), and the liveness verdict **stall**
+//! (a partition's head still queued long after enqueue).
 //! Counted (allowed, but receivers must know): **gap** after a dead-letter, **duplicate**, and
 //! **stale duplicate**. Each kind carries its count and its first counterexample in time.
 //! Pure and deterministic: the same history gives the same verdict, byte for byte.
@@ -36,6 +37,11 @@ pub enum Kind {
     Lost,
     /// Two deliveries of one partition were in flight at once.
     Concurrent,
+    /// A later event of a key was delivered (any attempt, accepted or not) while an earlier
+    /// event of that key was still queued: enqueued, and neither accepted by the endpoint,
+    /// acknowledged nor dead-lettered yet. The head of a key must clear first; after a
+    /// dead-letter, the key's next delivery is the event right after it.
+    Skip,
     /// At the end, a partition's head had waited longer than the stall bound.
     Stall,
     /// A later event was delivered after an earlier one of its key was dead-lettered.
@@ -53,11 +59,12 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, violations first, in report order.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Reorder,
         Kind::SplitKey,
         Kind::Lost,
         Kind::Concurrent,
+        Kind::Skip,
         Kind::Stall,
         Kind::Gap,
         Kind::Duplicate,
@@ -67,7 +74,15 @@ impl Kind {
 
     /// Whether this kind breaks the design's contract (as opposed to being counted).
     pub fn is_violation(self) -> bool {
-        matches!(self, Kind::Reorder | Kind::SplitKey | Kind::Lost | Kind::Concurrent | Kind::Stall)
+        matches!(
+            self,
+            Kind::Reorder
+                | Kind::SplitKey
+                | Kind::Lost
+                | Kind::Concurrent
+                | Kind::Skip
+                | Kind::Stall
+        )
     }
 
     /// The kind's name as printed and in JSON.
@@ -77,6 +92,7 @@ impl Kind {
             Kind::SplitKey => "split_key",
             Kind::Lost => "lost",
             Kind::Concurrent => "concurrent",
+            Kind::Skip => "skip",
             Kind::Stall => "stall",
             Kind::Gap => "gap",
             Kind::Duplicate => "duplicate",
@@ -197,6 +213,7 @@ pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
                 Kind::SplitKey => rules::split_keys(&index),
                 Kind::Lost => rules::lost(&index),
                 Kind::Concurrent => rules::concurrent(&index),
+                Kind::Skip => rules::skips(&index),
                 Kind::Stall => rules::stalls(&index, config.stall_after),
                 Kind::Gap => rules::gaps(&index),
                 Kind::Duplicate => rules::duplicates(&index, false),
