@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{PartitionId, Seq, Time};
 
 mod history;
+pub mod jsonl;
 mod report;
 mod rules;
 
@@ -147,6 +148,10 @@ pub struct Verdict {
     pub dead_lettered: usize,
     /// One finding per kind, in [`Kind::ALL`] order.
     pub findings: Vec<Finding>,
+    /// Kinds the history held too little to judge (a receiver's log has no enqueues, so no
+    /// loss): their findings are zero and say nothing. Empty for a simulated history.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<Kind>,
 }
 
 impl Verdict {
@@ -168,6 +173,19 @@ impl Verdict {
     /// Whether the history keeps the contract.
     pub fn is_ok(&self) -> bool {
         self.violations() == 0
+    }
+
+    /// The same verdict with `kinds` marked not judged: their counts zeroed, their
+    /// counterexamples dropped, and the table printing them as "not judged".
+    pub fn not_judging(mut self, kinds: &[Kind]) -> Verdict {
+        for f in self.findings.iter_mut().filter(|f| kinds.contains(&f.kind)) {
+            f.count = 0;
+            f.first = None;
+        }
+        self.not_judged.extend_from_slice(kinds);
+        self.not_judged.sort();
+        self.not_judged.dedup();
+        self
     }
 
     /// The kinds with a non-zero count that are violations.
@@ -228,6 +246,7 @@ pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
         deliveries: history.deliveries.len(),
         dead_lettered: history.dead_letters.len(),
         findings,
+        not_judged: Vec::new(),
     }
 }
 
