@@ -125,7 +125,8 @@ proptest! {
         h.deliveries.iter_mut().for_each(|d| swap(&mut d.seq));
         h.acks.iter_mut().for_each(|x| swap(&mut x.seq));
         h.dead_letters.iter_mut().for_each(|x| swap(&mut x.seq));
-        prop_assert_eq!(violated(&h), vec![Kind::Reorder]);
+        // Both were queued from the start, so the later one also went out past a queued head.
+        prop_assert_eq!(violated(&h), vec![Kind::Reorder, Kind::Skip]);
     }
 
     #[test]
@@ -151,14 +152,41 @@ proptest! {
     #[test]
     fn an_injected_stuck_head_is_reported_as_stall(h in history(), pick in any::<usize>()) {
         let mut h = h;
-        // One event never left the queue, and the history ends long after it was enqueued.
-        let seq = h.enqueued[pick % h.enqueued.len()].seq;
+        // One event never left the queue, and the history ends long after it was enqueued. It
+        // is the last of its key: were a later event of the key delivered past it, that would
+        // be a skip too.
+        let last: Vec<Seq> = h
+            .enqueued
+            .iter()
+            .filter(|e| !h.enqueued.iter().any(|o| o.key == e.key && o.seq > e.seq))
+            .map(|e| e.seq)
+            .collect();
+        let seq = last[pick % last.len()];
         h.deliveries.retain(|d| d.seq != seq || d.outcome != Outcome::Accepted);
         h.acks.retain(|a| a.seq != seq);
         h.dead_letters.retain(|d| d.seq != seq);
         h.queued_at_end.push(seq);
         h.end = h.end.saturating_add(std::time::Duration::from_secs(60));
         prop_assert_eq!(violated(&h), vec![Kind::Stall]);
+    }
+
+    #[test]
+    fn a_head_passed_over_while_queued_is_reported_as_skip(h in history(), pick in any::<usize>()) {
+        let mut h = h;
+        let Some((a, b)) = same_key_pair(&h, pick) else { return Ok(()) };
+        // A refused attempt of the later event, sent 1 ms before the earlier event's first
+        // attempt (when the partition is idle): nothing is reordered, yet the head was passed
+        // over while queued.
+        let (sa, sb) = (h.enqueued[a].seq, h.enqueued[b].seq);
+        let first_of_a = h.deliveries.iter().position(|d| d.seq == sa).expect("delivered");
+        let at = Time(h.deliveries[first_of_a].sent_at.0 - std::time::Duration::from_millis(1));
+        let mut early = h.deliveries.iter().find(|d| d.seq == sb).expect("delivered").clone();
+        early.outcome = Outcome::Rejected("HTTP 503".into());
+        early.sent_at = at;
+        early.arrived_at = at;
+        early.finished_at = Some(at);
+        h.deliveries.insert(first_of_a, early);
+        prop_assert_eq!(violated(&h), vec![Kind::Skip]);
     }
 
     #[test]

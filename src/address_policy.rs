@@ -595,5 +595,16 @@ mod tests {
         assert!(matches!(err("10.0.0.0/"), CidrError::Syntax { .. }));
         assert!(matches!(err("10.0.0.0/-1"), CidrError::Syntax { .. }));
         assert!(err("10.1.2.3/8").to_string().contains("did you mean 10.0.0.0/8"));
+        // Only digits after the slash: Rust's integer parser alone would take "+8" as 8.
+        assert!(matches!(err("10.0.0.0/+8"), CidrError::Syntax { .. }));
+        assert!(matches!(err("::/+0"), CidrError::Syntax { .. }));
+    }
+
+    #[test]
+    fn only_allow_all_allows_all() {
+        assert!(AddressPolicy::allow_all().allows_all());
+        assert!(!AddressPolicy::default().allows_all());
+        let everything = vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()];
+        assert!(!AddressPolicy::new(everything).allows_all(), "networks, however wide");
     }
 }

@@ -1,7 +1,8 @@
 //! The checker: a delivery [`History`] in, a [`Verdict`] out.
 //!
 //! Violations (the design is broken): **reorder**, **split key**, **lost**, **concurrent**,
-//! and the liveness verdict **stall** (a partition's head still queued long after enqueue).
+//! **skip** (a key's head passed over while still queued), and the liveness verdict **stall**
+//! (a partition's head still queued long after enqueue).
 //! Counted (allowed, but receivers must know): **gap** after a dead-letter, **duplicate**, and
 //! **stale duplicate**. Each kind carries its count and its first counterexample in time.
 //! Pure and deterministic: the same history gives the same verdict, byte for byte.
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{PartitionId, Seq, Time};
 
 mod history;
+pub mod jsonl;
 mod report;
 mod rules;
 
@@ -36,6 +38,11 @@ pub enum Kind {
     Lost,
     /// Two deliveries of one partition were in flight at once.
     Concurrent,
+    /// A later event of a key was delivered (any attempt, accepted or not) while an earlier
+    /// event of that key was still queued: enqueued, and neither accepted by the endpoint,
+    /// acknowledged nor dead-lettered yet. The head of a key must clear first; after a
+    /// dead-letter, the key's next delivery is the event right after it.
+    Skip,
     /// At the end, a partition's head had waited longer than the stall bound.
     Stall,
     /// A later event was delivered after an earlier one of its key was dead-lettered.
@@ -53,11 +60,12 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, violations first, in report order.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Reorder,
         Kind::SplitKey,
         Kind::Lost,
         Kind::Concurrent,
+        Kind::Skip,
         Kind::Stall,
         Kind::Gap,
         Kind::Duplicate,
@@ -67,7 +75,15 @@ impl Kind {
 
     /// Whether this kind breaks the design's contract (as opposed to being counted).
     pub fn is_violation(self) -> bool {
-        matches!(self, Kind::Reorder | Kind::SplitKey | Kind::Lost | Kind::Concurrent | Kind::Stall)
+        matches!(
+            self,
+            Kind::Reorder
+                | Kind::SplitKey
+                | Kind::Lost
+                | Kind::Concurrent
+                | Kind::Skip
+                | Kind::Stall
+        )
     }
 
     /// The kind's name as printed and in JSON.
@@ -77,6 +93,7 @@ impl Kind {
             Kind::SplitKey => "split_key",
             Kind::Lost => "lost",
             Kind::Concurrent => "concurrent",
+            Kind::Skip => "skip",
             Kind::Stall => "stall",
             Kind::Gap => "gap",
             Kind::Duplicate => "duplicate",
@@ -131,6 +148,10 @@ pub struct Verdict {
     pub dead_lettered: usize,
     /// One finding per kind, in [`Kind::ALL`] order.
     pub findings: Vec<Finding>,
+    /// Kinds the history held too little to judge (a receiver's log has no enqueues, so no
+    /// loss): their findings are zero and say nothing. Empty for a simulated history.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_judged: Vec<Kind>,
 }
 
 impl Verdict {
@@ -152,6 +173,19 @@ impl Verdict {
     /// Whether the history keeps the contract.
     pub fn is_ok(&self) -> bool {
         self.violations() == 0
+    }
+
+    /// The same verdict with `kinds` marked not judged: their counts zeroed, their
+    /// counterexamples dropped, and the table printing them as "not judged".
+    pub fn not_judging(mut self, kinds: &[Kind]) -> Verdict {
+        for f in self.findings.iter_mut().filter(|f| kinds.contains(&f.kind)) {
+            f.count = 0;
+            f.first = None;
+        }
+        self.not_judged.extend_from_slice(kinds);
+        self.not_judged.sort();
+        self.not_judged.dedup();
+        self
     }
 
     /// The kinds with a non-zero count that are violations.
@@ -197,6 +231,7 @@ pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
                 Kind::SplitKey => rules::split_keys(&index),
                 Kind::Lost => rules::lost(&index),
                 Kind::Concurrent => rules::concurrent(&index),
+                Kind::Skip => rules::skips(&index),
                 Kind::Stall => rules::stalls(&index, config.stall_after),
                 Kind::Gap => rules::gaps(&index),
                 Kind::Duplicate => rules::duplicates(&index, false),
@@ -211,6 +246,7 @@ pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
         deliveries: history.deliveries.len(),
         dead_lettered: history.dead_letters.len(),
         findings,
+        not_judged: Vec::new(),
     }
 }
 

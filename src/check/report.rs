@@ -22,6 +22,10 @@ impl fmt::Display for Verdict {
         }
         writeln!(f, "{:<16} {:<10} {:>7}  first counterexample", "kind", "class", "count")?;
         for finding in &self.findings {
+            if self.not_judged.contains(&finding.kind) {
+                writeln!(f, "{:<16} {:<10} {:>7}  -", finding.kind.name(), "not judged", "-")?;
+                continue;
+            }
             let class = if finding.kind.is_violation() { "violation" } else { "counted" };
             let first = finding
                 .first

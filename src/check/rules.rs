@@ -485,3 +485,93 @@ fn cross_layout_split(
     }
     None
 }
+
+/// Deliveries of a later event of a key while an earlier event of that key was still queued.
+///
+/// An event is queued from its enqueue until it leaves: its first accepted arrival, its
+/// acknowledgement or its dead-letter, whichever comes first; an event listed as queued at the
+/// end never leaves. An event that never left and is not queued at the end is lost (its own
+/// finding) and is not judged here: when it left the queue is unknown. A delivery skips when,
+/// at the moment it was sent, its key had a queued event with a lower seq. Any attempt counts,
+/// accepted or refused: the worker should not have sent it. Each skipping event counts once;
+/// the counterexample names the earlier event and how it left.
+pub(super) fn skips(index: &Index<'_>) -> Found {
+    let history = index.history;
+    let accepted_at = {
+        let mut first: BTreeMap<Seq, Time> = BTreeMap::new();
+        for d in history.deliveries.iter().filter(|d| d.outcome == Outcome::Accepted) {
+            first.entry(d.seq).and_modify(|t| *t = (*t).min(d.arrived_at)).or_insert(d.arrived_at);
+        }
+        first
+    };
+    let queued_at_end: BTreeSet<Seq> = history.queued_at_end.iter().copied().collect();
+    // (time, order, what): at one instant, rows enter, then leave, then deliveries are judged.
+    enum Step<'a> {
+        Enter(&'a Enqueued),
+        Leave(&'a Enqueued),
+        Send(&'a Delivery),
+    }
+    let mut steps: Vec<(Time, u8, usize, Step<'_>)> = Vec::new();
+    let mut left_at: BTreeMap<Seq, Time> = BTreeMap::new();
+    for (n, e) in index.events.values().enumerate() {
+        let left = [accepted_at.get(&e.seq), index.resolved_at.get(&e.seq)]
+            .into_iter()
+            .flatten()
+            .copied()
+            .min();
+        match left {
+            Some(t) if t < e.at => continue,
+            Some(t) => {
+                left_at.insert(e.seq, t);
+                steps.push((t, 1, n, Step::Leave(e)));
+            }
+            None if queued_at_end.contains(&e.seq) => {}
+            None => continue,
+        }
+        steps.push((e.at, 0, n, Step::Enter(e)));
+    }
+    for (n, d) in history.deliveries.iter().enumerate() {
+        steps.push((d.sent_at, 2, n, Step::Send(d)));
+    }
+    steps.sort_by_key(|(t, order, n, _)| (*t, *order, *n));
+    let mut queued: BTreeMap<&str, BTreeSet<Seq>> = BTreeMap::new();
+    let mut counted: BTreeSet<Seq> = BTreeSet::new();
+    let mut found = (0, None);
+    for (_, _, _, step) in steps {
+        match step {
+            Step::Enter(e) => {
+                queued.entry(e.key.as_str()).or_default().insert(e.seq);
+            }
+            Step::Leave(e) => {
+                if let Some(set) = queued.get_mut(e.key.as_str()) {
+                    set.remove(&e.seq);
+                }
+            }
+            Step::Send(d) => {
+                let head = queued.get(d.key.as_str()).and_then(|s| s.first().copied());
+                let Some(head) = head.filter(|h| *h < d.seq) else { continue };
+                if !counted.insert(d.seq) {
+                    continue;
+                }
+                let Some(e) = index.events.get(&head) else { continue };
+                let how = match (left_at.get(&head), index.dead.get(&head)) {
+                    (Some(t), Some(dl)) if dl.at == *t => format!("dead-lettered at {t}"),
+                    (Some(t), _) => format!("delivered at {t}"),
+                    (None, _) => "still queued at the end".to_owned(),
+                };
+                record(&mut found, || {
+                    example(
+                        &d.key,
+                        vec![e.partition, d.partition],
+                        &[(&e.event_id, e.seq, e.at), (&d.event_id, d.seq, d.sent_at)],
+                        format!(
+                            "seq {} was sent at {} while seq {} (enqueued at {}) was still queued: it was {how}",
+                            d.seq, d.sent_at, e.seq, e.at
+                        ),
+                    )
+                });
+            }
+        }
+    }
+    found
+}

@@ -96,12 +96,13 @@ fn reorder_is_reported_with_both_events() {
     b.enqueue(1, "a", 0).enqueue(2, "a", 0);
     b.deliver(2).ack(2).deliver(1).ack(1);
     let v = b.verdict();
-    assert_eq!(only(&v), vec![(Kind::Reorder, 1)]);
+    // Seq 1 was queued when seq 2 went out: a reorder of queued events is a skip as well.
+    assert_eq!(only(&v), vec![(Kind::Reorder, 1), (Kind::Skip, 1)]);
     let c = v.finding(Kind::Reorder).unwrap().first.as_ref().unwrap();
     assert_eq!(c.seqs, vec![Seq(2), Seq(1)]);
     assert_eq!(c.key, "a");
     assert!(!v.is_ok(), "a reorder breaks the contract");
-    assert_eq!(v.violated(), vec![Kind::Reorder]);
+    assert_eq!(v.violated(), vec![Kind::Reorder, Kind::Skip]);
 }
 
 #[test]
@@ -186,7 +187,11 @@ fn the_verdict_prints_as_a_table_and_as_json() {
     b.enqueue(1, "a", 0).enqueue(2, "a", 0).deliver(2).ack(2).deliver(1).ack(1);
     let v = b.verdict();
     let table = v.to_string();
-    assert!(table.starts_with("verdict: VIOLATED (1 violations"), "{table}");
+    assert!(table.starts_with("verdict: VIOLATED (2 violations"), "{table}");
+    assert!(
+        table.contains("\nskip             violation        1  key \"a\": seq 2 was sent"),
+        "{table}"
+    );
     assert!(table.contains("reorder"), "{table}");
     let json = serde_json::to_value(&v).unwrap();
     assert_eq!(json["findings"][0]["kind"], "reorder");
@@ -227,7 +232,8 @@ fn across_layouts_only_a_delivery_past_queued_older_rows_is_a_split() {
     b.layout = 1;
     b.enqueue(2, "a", 5);
     b.deliver(2).ack(2).deliver(1).ack(1);
-    assert_eq!(only(&b.verdict()), vec![(Kind::Reorder, 1), (Kind::SplitKey, 1)]);
+    let found = vec![(Kind::Reorder, 1), (Kind::SplitKey, 1), (Kind::Skip, 1)];
+    assert_eq!(only(&b.verdict()), found);
 }
 
 // Mutation-testing kills (issue #11): boundaries and cases the tests above left open.
@@ -261,8 +267,8 @@ fn the_verdict_counts_and_lists_only_violated_kinds() {
     b.deliver_with(3, Outcome::Rejected("503".into()), 0).dead_letter(3).deliver(4).ack(4);
     let v = b.verdict();
     assert_eq!((v.count(Kind::Reorder), v.count(Kind::Gap), v.count(Kind::Lost)), (1, 1, 0));
-    assert_eq!(v.violations(), 1);
-    assert_eq!(v.violated(), vec![Kind::Reorder], "a counted gap is not a violation");
+    assert_eq!(v.violations(), 2, "the reorder, which is also a skip");
+    assert_eq!(v.violated(), vec![Kind::Reorder, Kind::Skip], "a counted gap is not a violation");
     // A verdict with only counted kinds violates nothing.
     let mut b = Builder::default();
     b.enqueue(1, "a", 0).enqueue(2, "a", 0);
@@ -283,11 +289,11 @@ fn kinds_print_as_their_json_names() {
 #[test]
 fn a_rejected_attempt_of_a_later_event_is_not_a_reorder() {
     // The receiver did not act on the rejected attempt of seq 2, so accepting 1 then 2 is in
-    // order.
+    // order. Sending seq 2 while seq 1 was queued is a skip, though (tested below).
     let mut b = Builder::default();
     b.enqueue(1, "a", 0).enqueue(2, "a", 0);
     b.deliver_with(2, Outcome::Rejected("503".into()), 0).deliver(1).ack(1).deliver(2).ack(2);
-    assert_eq!(only(&b.verdict()), vec![]);
+    assert_eq!(b.verdict().count(Kind::Reorder), 0);
 }
 
 #[test]
@@ -433,4 +439,112 @@ fn healthy_keys_waiting_behind_a_failing_key_are_counted_in_ms() {
     b.now += 500;
     b.deliver(1).ack(1);
     assert_eq!(b.verdict().count(Kind::HeadOfLine), 1, "only the one tick before h was sent");
+}
+
+/// Jepsen's `poll-skip`: seq 1 is refused at 10 ms and still retrying when seq 2 is delivered
+/// and accepted at 20 ms; seq 1 is dead-lettered at 30 ms. Nothing is reordered (seq 1 was
+/// never accepted) and nothing is a gap (seq 2 came before the dead-letter), yet the key's head
+/// was passed over while it was still queued.
+fn skipped_head() -> Builder {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0);
+    b.deliver_at(1, 10, Outcome::Rejected("HTTP 503".into()));
+    b.deliver_at(2, 20, Outcome::Accepted);
+    b.h.acks.push(Acked { seq: Seq(2), at: Time::from_millis(21) });
+    b.h.dead_letters.push(DeadLettered {
+        seq: Seq(1),
+        reason: "exhausted after 5 attempts: HTTP 503".into(),
+        at: Time::from_millis(30),
+    });
+    b.h.end = Time::from_millis(40);
+    b
+}
+
+#[test]
+fn a_later_event_delivered_while_the_head_is_still_retrying_is_a_skip() {
+    let v = skipped_head().verdict();
+    assert_eq!(only(&v), vec![(Kind::Skip, 1)], "{v}");
+    assert_eq!(v.violated(), vec![Kind::Skip]);
+    let c = v.finding(Kind::Skip).unwrap().first.as_ref().unwrap();
+    assert_eq!((c.key.as_str(), c.seqs.clone()), ("a", vec![Seq(1), Seq(2)]));
+    assert_eq!(c.event_ids, vec!["evt_1".to_owned(), "evt_2".to_owned()]);
+    assert_eq!(c.times[1], Time::from_millis(20));
+    assert!(c.note.contains("dead-lettered at 30.000ms"), "{}", c.note);
+    assert!(v.to_string().contains("skip"), "{v}");
+}
+
+#[test]
+fn a_delivery_sent_as_the_head_is_dead_lettered_is_not_a_skip() {
+    // Seq 2 goes out at the very instant seq 1 is dead-lettered: the head has cleared.
+    let mut b = skipped_head();
+    b.h.deliveries[1].sent_at = Time::from_millis(30);
+    b.h.deliveries[1].arrived_at = Time::from_millis(30);
+    let v = b.verdict();
+    assert_eq!(only(&v), vec![(Kind::Gap, 1)], "{v}");
+    // One millisecond earlier it had not.
+    let mut b = skipped_head();
+    b.h.deliveries[1].sent_at = Time::from_millis(29);
+    assert_eq!(only(&b.verdict()), vec![(Kind::Skip, 1)]);
+}
+
+#[test]
+fn after_a_dead_letter_the_next_delivery_must_be_the_next_event() {
+    // Seq 1 is ejected; the key's next delivery is seq 3 while seq 2 is still queued.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0).enqueue(3, "a", 0);
+    b.deliver_with(1, Outcome::Rejected("503".into()), 0).dead_letter(1);
+    b.deliver(3).ack(3).deliver(2).ack(2);
+    let v = b.verdict();
+    assert_eq!(only(&v), vec![(Kind::Reorder, 1), (Kind::Skip, 1), (Kind::Gap, 1)], "{v}");
+    let c = v.finding(Kind::Skip).unwrap().first.as_ref().unwrap();
+    assert_eq!(c.seqs, vec![Seq(2), Seq(3)]);
+    assert!(c.note.contains("delivered at"), "{}", c.note);
+    // In order it is only the counted gap.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0).enqueue(3, "a", 0);
+    b.deliver_with(1, Outcome::Rejected("503".into()), 0).dead_letter(1);
+    b.deliver(2).ack(2).deliver(3).ack(3);
+    assert_eq!(only(&b.verdict()), vec![(Kind::Gap, 1)]);
+}
+
+#[test]
+fn a_refused_attempt_past_a_queued_head_is_a_skip_not_a_reorder() {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0);
+    b.deliver_with(2, Outcome::Rejected("503".into()), 0).deliver(1).ack(1).deliver(2).ack(2);
+    let v = b.verdict();
+    assert_eq!(only(&v), vec![(Kind::Skip, 1)], "{v}");
+    // Counted once per skipping event, however often it is sent past the head.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0);
+    b.deliver_with(2, Outcome::Rejected("503".into()), 0);
+    b.deliver_with(2, Outcome::Rejected("503".into()), 0).deliver(1).ack(1).deliver(2).ack(2);
+    assert_eq!(b.verdict().count(Kind::Skip), 1);
+}
+
+#[test]
+fn only_a_queued_earlier_event_of_the_same_key_makes_a_skip() {
+    // Another key's queued head does not hold this key back.
+    let mut b = Builder::default();
+    b.enqueue(1, "b", 0).enqueue(2, "a", 0);
+    b.deliver_with(1, Outcome::Rejected("503".into()), 0).deliver(2).ack(2).deliver(1).ack(1);
+    assert_eq!(only(&b.verdict()), vec![]);
+    // An earlier seq enqueued only after the later one was sent was not queued then: that is
+    // the producers' reorder, not a skip.
+    let mut b = Builder::default();
+    b.enqueue(2, "a", 0).deliver(2).ack(2).enqueue(1, "a", 0).deliver(1).ack(1);
+    assert_eq!(only(&b.verdict()), vec![(Kind::Reorder, 1)]);
+    // A head still queued at the end is queued the whole time.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0);
+    b.deliver_with(1, Outcome::Rejected("503".into()), 0).deliver(2).ack(2);
+    b.h.queued_at_end = vec![Seq(1)];
+    b.h.end = Time::from_millis(100);
+    let v = b.verdict();
+    assert_eq!(only(&v), vec![(Kind::Skip, 1)], "{v}");
+    let note = &v.finding(Kind::Skip).unwrap().first.as_ref().unwrap().note;
+    assert!(note.contains("still queued at the end"), "{note}");
+    // A head that vanished is lost, and when it left is unknown: not judged as a skip.
+    b.h.queued_at_end.clear();
+    assert_eq!(only(&b.verdict()), vec![(Kind::Lost, 1)]);
 }

@@ -11,11 +11,13 @@ use bad_input::BadInput;
 mod bad_input;
 mod bench;
 mod bench_http;
+mod check;
 mod chunks;
 mod delivery;
 mod dlq;
 mod endpoints;
 mod enqueue;
+mod history;
 mod lag;
 mod layout;
 mod metrics;
@@ -67,6 +69,9 @@ enum Command {
     Unpin(pin::UnpinArgs),
     /// List the pinned keys.
     Pins(pin::PinsArgs),
+    /// Judge a delivery history from any system (JSON lines): reorder, skip, split key, lost,
+    /// concurrent, stall; gaps and duplicates counted. Exit 0 clean, 1 violated, 2 bad input.
+    Check(check::CheckArgs),
     /// Set, list and remove per-key endpoints (the keyorder_endpoint table), each row checked
     /// before it is written.
     Endpoints(endpoints::EndpointsArgs),
@@ -85,6 +90,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Switch(args) => switch::switch(args),
         Command::Endpoints(args) => endpoints::run(args),
+        Command::Check(args) => check::run(args),
         Command::Pin(args) => pin::pin(args),
         Command::Unpin(args) => pin::unpin(args),
         Command::Pins(args) => pin::pins(args),

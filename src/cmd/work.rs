@@ -88,6 +88,10 @@ pub struct WorkArgs {
     /// (200 once a partition is leased and the store answers; 503 otherwise).
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
+    /// Write this worker's view of the run to FILE as JSON lines (each event at first sight,
+    /// each attempt's send and answer, dead-letters), for `keyorder check FILE`.
+    #[arg(long, value_name = "FILE")]
+    history: Option<std::path::PathBuf>,
 }
 
 impl WorkArgs {
@@ -124,6 +128,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         max_parked_keys: args.max_parked_keys,
         strict_partition_order: args.strict_partition_order,
         metrics: None,
+        history: None,
     };
     if args.request_timeout_ms == 0 {
         return Err(BadInput("--request-timeout-ms must be greater than zero".into()).into());
@@ -152,8 +157,16 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         Some(addr) => Some(super::metrics::start(addr, location.clone())?),
         None => None,
     };
+    let history = match &args.history {
+        Some(path) => Some(
+            super::history::HistoryLog::create(path)
+                .map_err(|e| BadInput(format!("--history: {e:#}")))?,
+        ),
+        None => None,
+    };
     let settings = LoopSettings {
         metrics,
+        history,
         takeover_delay: stores.takeover_delay(),
         session_bound: stores.session_bound(),
         ..settings
@@ -224,6 +237,8 @@ struct LoopSettings {
     strict_partition_order: bool,
     /// `--metrics-addr`: what every loop's observer counts into.
     metrics: Option<super::metrics::MetricsHandle>,
+    /// `--history`: where every loop writes its attempts.
+    history: Option<super::history::HistoryLog>,
 }
 
 impl LoopSettings {
@@ -329,6 +344,7 @@ fn run_threads(
         args.threads()
     );
     let threads = args.threads();
+    let history = settings.history.clone();
     let when = super::workers::StopWhen { after: args.stop_after, until_empty };
     let report = super::workers::run(threads, when, move |index| {
         let mut config = settings.config();
@@ -344,8 +360,17 @@ fn run_threads(
             &name,
             settings.retry.max_attempts(),
         );
+        let deliverer = super::history::Recording::new(
+            deliverer,
+            settings.history.clone(),
+            &name,
+            settings.retry.max_attempts(),
+        );
         Ok((stores.make()?, deliverer, config))
     })?;
+    if let Some(e) = history.as_ref().and_then(super::history::HistoryLog::error) {
+        anyhow::bail!("the history file is incomplete: writing it failed: {e}");
+    }
     let workers = &report.workers;
     eprintln!(
         "keyorder work: stopped; leases taken {}, given back {}, lost {}",

@@ -507,3 +507,11 @@ fn a_recorded_backoff_read_after_a_handover_parks_its_key() {
     let b = keyed(11, "b");
     assert_eq!(h.input(Input::HeadFetched(Some(b.clone()))), vec![deliver(1, &b, 1)]);
 }
+
+#[test]
+fn parked_keys_are_listed_sorted_without_duplicates() {
+    let keys = ParkedKeys::new(["b", "a", "b", "c"].map(String::from));
+    assert_eq!(keys.as_slice(), ["a", "b", "c"].map(String::from).as_slice());
+    assert_eq!((keys.len(), keys.contains("a"), keys.contains("d")), (3, true, false));
+    assert!(ParkedKeys::NONE.as_slice().is_empty());
+}

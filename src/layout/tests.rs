@@ -109,3 +109,67 @@ fn too_few_keys_are_ambiguous_and_a_random_hash_fits_no_count() {
         (0..60).map(|i| format!("sub_{i}")).map(|k| (k.clone(), (on(&k, 16) + 1) % 16)).collect();
     assert_eq!(infer_count(&rows), Inference::None);
 }
+
+#[test]
+fn a_pin_is_refused_for_an_empty_key_or_a_partition_outside_the_count() {
+    let c = count(8);
+    assert_eq!(check_pin("whale", Some(PartitionId(7)), c), Ok(()));
+    assert_eq!(check_pin("whale", Some(PartitionId(0)), c), Ok(()));
+    assert_eq!(check_pin("whale", None, c), Ok(()), "unpinning needs no partition");
+    let err = check_pin("whale", Some(PartitionId(8)), c).unwrap_err();
+    assert!(err.contains("partition 8 does not exist") && err.contains("partitions 0..7"), "{err}");
+    assert_eq!(check_pin("", Some(PartitionId(1)), c), Err("the key is empty".into()));
+    assert_eq!(check_pin("", None, c), Err("the key is empty".into()));
+}
+
+#[test]
+fn after_a_switch_down_workers_lease_the_older_larger_count_while_its_rows_remain() {
+    // From 8 partitions (epoch 0) down to 4 (epoch 1): rows of epoch 0 on partitions 4..7 are
+    // still leased, and so are not stranded, until they drain.
+    let s = state(&[(0, 8), (1, 4)], vec![]);
+    let key = (0..100).map(|i| format!("sub_{i}")).find(|k| on(k, 8) >= 4).expect("a key");
+    let rows = [placed(&key, on(&key, 8), 0, 3)];
+    assert_eq!(s.leased_count(&rows), Some(count(8)));
+    assert!(audit(&s, &rows).is_clean(), "{:?}", audit(&s, &rows));
+    // A row of epoch 1 is judged by 4, and with only such rows 4 are leased.
+    let newer = [placed(&key, on(&key, 4), 1, 1)];
+    assert_eq!(s.leased_count(&newer), Some(count(4)));
+    assert!(audit(&s, &newer).is_clean());
+    // A layout recorded from epoch 2 judges rows of epoch 2 and later, not epoch 1's.
+    let s = state(&[(0, 4), (2, 8)], vec![]);
+    let rows = [placed(&key, on(&key, 4), 1, 1)];
+    assert!(audit(&s, &rows).is_clean(), "epoch 1 is still under the count of epoch 0");
+}
+
+#[test]
+fn the_edges_of_the_leased_partitions_and_each_finding_on_its_own() {
+    let s = state(&[(0, 16)], vec![]);
+    let key_on =
+        |p: i16| (0..1000).map(|i| format!("k{i}")).find(|k| on(k, 16) == p).expect("a key on p");
+    // Partitions 0 and 15 are leased; 16 and -1 are not.
+    let (first, last) = (key_on(0), key_on(15));
+    assert!(audit(&s, &[placed(&first, 0, 0, 1), placed(&last, 15, 0, 1)]).is_clean());
+    let a = audit(&s, &[placed(&first, 16, 0, 2), placed(&last, -1, 0, 3)]);
+    assert_eq!((a.stranded_rows, a.misrouted_rows), (5, 0));
+    assert!(!a.is_clean());
+    let text = a.summary().expect("stranded");
+    assert!(text.contains("5 rows on partitions no worker reads"), "{text}");
+    assert!(!text.contains("another count"), "{text}");
+    // Only misrouted: not clean either, and said alone.
+    let a = audit(&s, &[placed(&first, 15, 0, 2)]);
+    assert_eq!((a.stranded_rows, a.misrouted_rows), (0, 2));
+    assert!(!a.is_clean());
+    assert_eq!(a.misrouted_keys, vec![(first.clone(), 15, 0)]);
+    let text = a.summary().expect("misrouted");
+    assert!(text.starts_with("2 rows not where their key routes"), "{text}");
+    // At most AUDIT_EXAMPLES keys are named of each kind.
+    let many: Vec<Placement> = (0..20)
+        .map(|i| format!("m{i}"))
+        .map(|k| {
+            let wrong = (on(&k, 16) + 1) % 16;
+            placed(&k, wrong, 0, 1)
+        })
+        .collect();
+    let a = audit(&s, &many);
+    assert_eq!((a.misrouted_rows, a.misrouted_keys.len()), (20, AUDIT_EXAMPLES));
+}

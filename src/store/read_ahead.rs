@@ -147,6 +147,18 @@ mod tests {
     }
 
     #[test]
+    fn len_and_is_empty_count_the_buffered_rows() {
+        let mut r = ahead(10_000);
+        assert_eq!((r.len(), r.is_empty()), (0, true));
+        r.fill(vec![row(1, "a", None), row(2, "b", None), row(3, "c", Some(5))]);
+        assert_eq!((r.len(), r.is_empty()), (2, false), "the row that waits is not kept");
+        r.acked(Seq(1));
+        assert_eq!((r.len(), r.is_empty()), (1, false));
+        r.clear();
+        assert_eq!((r.len(), r.is_empty()), (0, true));
+    }
+
+    #[test]
     fn hands_out_buffered_rows_in_order_until_acknowledged() {
         let mut r = ahead(10_000);
         let head = r.fill(vec![row(1, "a", None), row(2, "b", None), row(3, "a", None)]);

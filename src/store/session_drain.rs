@@ -407,6 +407,27 @@ mod tests {
     }
 
     #[test]
+    fn a_full_read_that_found_rows_restarts_the_full_scan_period() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        // A second after the start, the read is a full one.
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1_000)));
+        assert!(r.full);
+        assert_eq!(d.filled(r, vec![row(1, "a"), row(2, "b")], QUIET), None);
+        // It found rows, and it counts as the period's full read: the batch is served.
+        assert_eq!(d.plan_head(&ParkedKeys::NONE, ms(1_002)), HeadPlan::Serve(row(1, "a")));
+    }
+
+    #[test]
+    fn acknowledgements_are_buffered_until_taken() {
+        let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        assert!(!d.has_acks());
+        assert!(!d.acked(Seq(1), ms(1)), "one ack, 0 ms old: not due");
+        assert!(d.has_acks());
+        assert_eq!(d.take_acks(), vec![Seq(1)]);
+        assert!(!d.has_acks());
+    }
+
+    #[test]
     fn rows_are_served_from_the_batch_while_the_session_was_heard_within_ack_delay() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));

@@ -12,6 +12,7 @@ mod policy_case;
 mod conformance;
 
 mod address_policy;
+mod check;
 mod cli;
 mod durability;
 mod endpoints;

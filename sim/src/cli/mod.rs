@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use keyorder_sim::{Break, Scenario, Size};
 
 mod catalogue;
+mod merge;
 mod plan;
 mod replay;
 mod shrink;
@@ -26,6 +27,9 @@ pub struct Cli {
 enum Command {
     /// Run many seeds and summarise; exit 1 on any violation.
     Sweep(sweep::SweepArgs),
+    /// Add up `sweep --json` reports of one scenario source (shards run on several machines)
+    /// into one verdict with each failing seed's replay command; exit 1 on any violation.
+    Merge(merge::MergeArgs),
     /// Rerun one seed and print its verdict and trace hash.
     Replay(replay::ReplayArgs),
     /// Print the scenario a seed generates, as JSON (to edit, save and replay with --scenario).
@@ -135,6 +139,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Sweep(args) => sweep::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Merge(args) => merge::run(args),
         Command::Shrink(args) => shrink::run(args),
         Command::Catalogue(args) => catalogue::run_catalogue(args),
         Command::Plan(args) => plan::run(args),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use keyorder_sim::sweep::{sweep, Summary};
+use keyorder_sim::sweep::{sweep, Report, Shard, Summary};
 
 use super::ScenarioSource;
 
@@ -18,6 +18,10 @@ pub struct SweepArgs {
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     start: u64,
+    /// Run only the K-th of N disjoint slices of the seeds (every N-th seed, from the K-th),
+    /// for one machine of N; `keyorder-sim merge` adds the N `--json` reports up.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<Shard>,
     #[command(flatten)]
     source: ScenarioSource,
     /// Threads to run seeds on (each run stays deterministic); 0 means one per core.
@@ -33,7 +37,10 @@ pub struct SweepArgs {
 
 pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     let loaded = args.source.load()?;
-    let seeds: Vec<u64> = (args.start..args.start.saturating_add(args.seeds)).collect();
+    let seeds: Vec<u64> = match args.shard {
+        Some(shard) => shard.seeds(args.start, args.seeds),
+        None => (args.start..args.start.saturating_add(args.seeds)).collect(),
+    };
     let jobs = match args.jobs {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -63,7 +70,14 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     let mut summary = Summary::default();
     outcomes.iter().for_each(|o| summary.add(o));
     if args.json {
-        print_json(&summary, wall, jobs)?;
+        let report = Report {
+            summary: summary.clone(),
+            source: args.source.flags(),
+            start: args.start,
+            seeds: args.seeds,
+            shard: args.shard,
+        };
+        print_json(&report, wall, jobs)?;
     } else {
         print_table(&summary, wall, jobs);
     }
@@ -106,21 +120,18 @@ fn acceleration(s: &Summary, wall: Duration, jobs: usize) -> f64 {
     simulated / wall.as_secs_f64().max(1e-9) / jobs.max(1) as f64
 }
 
-fn print_json(s: &Summary, wall: Duration, jobs: usize) -> anyhow::Result<()> {
-    let json = serde_json::json!({
-        "runs": s.runs,
-        "failed_seeds": s.failed_seeds,
-        "unquiesced_seeds": s.unquiesced_seeds,
-        "violations": s.violations,
-        "counted": s.counted,
-        "faults": s.faults,
-        "events": s.events,
-        "deliveries": s.deliveries,
-        "simulated_seconds": s.simulated_ms as f64 / 1000.0,
-        "wall_seconds": wall.as_secs_f64(),
-        "jobs": jobs,
-        "acceleration_per_thread": acceleration(s, wall, jobs),
-    });
+/// The report (what `merge` reads back) and, beside it, the figures of this machine's run.
+fn print_json(report: &Report, wall: Duration, jobs: usize) -> anyhow::Result<()> {
+    let s = &report.summary;
+    let mut json = serde_json::to_value(report)?;
+    if let Some(object) = json.as_object_mut() {
+        let replay: Vec<String> = s.failed_seeds.iter().map(|&seed| report.replay(seed)).collect();
+        object.insert("replay".into(), replay.into());
+        object.insert("simulated_seconds".into(), (s.simulated_ms as f64 / 1000.0).into());
+        object.insert("wall_seconds".into(), wall.as_secs_f64().into());
+        object.insert("jobs".into(), jobs.into());
+        object.insert("acceleration_per_thread".into(), acceleration(s, wall, jobs).into());
+    }
     println!("{}", serde_json::to_string_pretty(&json)?);
     Ok(())
 }

@@ -14,5 +14,6 @@ mod html;
 mod parking;
 mod plan;
 mod regressions;
+mod shards;
 mod snapshots;
 mod sweeps;

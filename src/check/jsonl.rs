@@ -1,0 +1,712 @@
+//! Histories as JSON lines, so that the checker can judge a run of any system: one record a
+//! line, each an object with a `"type"`. Times are milliseconds (fractions allowed) on one clock
+//! of the writer's choosing, Unix time or time since start.
+//!
+//! - `enqueued`: `event_id`, `key`, `seq` (or `order`: the event's position among its key's
+//!   events), `at_ms`; optional `partition` and `layout`.
+//! - `delivery`: `event_id`, `key`, `outcome` (`"accepted"` or `"rejected"`), at least one of
+//!   `sent_ms` and `arrived_ms`; optional `answered_ms` (absent: never answered), `partition`,
+//!   `worker`, `attempt`, `reason`, and `seq`/`order` (required without `enqueued` records).
+//! - `dead_letter`: `event_id`, `at_ms`, optional `reason`. `ack`: `event_id`, `at_ms`.
+//! - `end`: `at_ms`, optional `queued` (event ids still in the queue at the end: stuck, not
+//!   lost).
+//!
+//! [`parse`] judges the full format (every delivered event has an `enqueued` record);
+//! [`parse_receiver`] takes only what an endpoint can log (`delivery` records with arrival,
+//! answer, event id, key and seq) and says which kinds it cannot judge.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::history::{Acked, DeadLettered, Delivery, Enqueued, History, Outcome};
+use super::Kind;
+use crate::ids::{PartitionId, Seq, Time};
+
+/// What is wrong with a history file.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// A line is not a record, or a record is inconsistent with the others.
+    #[error("line {line}: {what}")]
+    Line {
+        /// The line, counting from 1.
+        line: usize,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// The file holds no record at all.
+    #[error("the history holds no record (an empty file, or only blank lines)")]
+    Empty,
+    /// The file could not be read.
+    #[error("reading the history: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// An endpoint's answer, as written in a `delivery` record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordOutcome {
+    /// A 2xx: the endpoint has the event.
+    Accepted,
+    /// Anything else: a non-2xx status, a timeout, a broken connection.
+    Rejected,
+}
+
+/// One line of a history file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// An event committed into the queue.
+    Enqueued {
+        /// The event's id: what the other records name it by.
+        event_id: String,
+        /// Its partition key.
+        key: String,
+        /// Its sequence number (unique, increasing per key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seq: Option<i64>,
+        /// Its position among its key's events, when there is no sequence number.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        order: Option<i64>,
+        /// The partition it was routed to, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        partition: Option<u16>,
+        /// The layout (partition-count epoch) it was routed under.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        layout: Option<u64>,
+        /// When it became visible (its commit), or when the writer first saw it.
+        at_ms: f64,
+    },
+    /// One delivery attempt.
+    Delivery {
+        /// The event's id.
+        event_id: String,
+        /// Its partition key.
+        key: String,
+        /// Its sequence number, if the writer knows it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seq: Option<i64>,
+        /// Its position among its key's events, when there is no sequence number.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        order: Option<i64>,
+        /// The partition it was delivered from, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        partition: Option<u16>,
+        /// The delivering worker, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
+        /// The attempt number, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+        /// When the worker sent it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sent_ms: Option<f64>,
+        /// When the endpoint received it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arrived_ms: Option<f64>,
+        /// When the answer was given (or the worker stopped waiting); absent if never.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered_ms: Option<f64>,
+        /// The answer.
+        outcome: RecordOutcome,
+        /// What the answer was, for a rejection (`"HTTP 503"`, `"timed out"`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// An event moved to the dead-letter table.
+    DeadLetter {
+        /// The event's id.
+        event_id: String,
+        /// Why.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// When the move committed.
+        at_ms: f64,
+    },
+    /// An event's row deleted after its delivery.
+    Ack {
+        /// The event's id.
+        event_id: String,
+        /// When the delete committed.
+        at_ms: f64,
+    },
+    /// The end of the history.
+    End {
+        /// When the history ends.
+        at_ms: f64,
+        /// Events still queued then.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        queued: Vec<String>,
+    },
+}
+
+/// A parsed history and the kinds it cannot judge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    /// The history, ready for [`super::check_with`].
+    pub history: History,
+    /// Kinds the input holds too little to judge (see [`super::Verdict::not_judging`]).
+    pub not_judged: Vec<Kind>,
+}
+
+/// The kinds that need partitions: judged only when every record names its partition.
+const NEED_PARTITIONS: [Kind; 4] =
+    [Kind::SplitKey, Kind::Concurrent, Kind::Stall, Kind::HeadOfLine];
+
+/// The kinds a receiver's log cannot judge: they need the producer's log (lost, stall) or the
+/// partitions (split key, concurrent, head-of-line).
+pub const RECEIVER_NOT_JUDGED: [Kind; 5] =
+    [Kind::SplitKey, Kind::Lost, Kind::Concurrent, Kind::Stall, Kind::HeadOfLine];
+
+/// Reads the full format: every delivered, dead-lettered or acknowledged event must have an
+/// `enqueued` record. Errors name the first offending line.
+pub fn parse(input: impl BufRead) -> Result<Parsed, HistoryError> {
+    let lines = read(input)?;
+    Build::default().full(&lines)
+}
+
+/// Reads a receiver's log: `delivery` records (each with `seq` or `order`, and `arrived_ms`);
+/// any other record is an error. Each event is taken as enqueued at its first arrival and, if
+/// never accepted, dead-lettered at its last: the most lenient reading, so whatever is found is
+/// certain (a later event arrived between two attempts of an earlier one is a skip whatever
+/// the producer logged). Lost, stall, split key, concurrent and head-of-line are not judged.
+pub fn parse_receiver(input: impl BufRead) -> Result<Parsed, HistoryError> {
+    let lines = read(input)?;
+    Build::default().receiver(&lines)
+}
+
+fn read(input: impl BufRead) -> Result<Vec<(usize, Record)>, HistoryError> {
+    let mut out = Vec::new();
+    for (i, line) in input.lines().enumerate() {
+        let line_no = i + 1;
+        let text = line.map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => {
+                HistoryError::Line { line: line_no, what: "not UTF-8 text".into() }
+            }
+            _ => HistoryError::Io(e),
+        })?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let record: Record = serde_json::from_str(&text)
+            .map_err(|e| HistoryError::Line { line: line_no, what: describe(&e) })?;
+        out.push((line_no, record));
+    }
+    if out.is_empty() {
+        return Err(HistoryError::Empty);
+    }
+    Ok(out)
+}
+
+/// serde_json's message without its own "at line 1 column N" (every record is one line).
+fn describe(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let text = text.split(" at line ").next().unwrap_or(&text).to_owned();
+    if text.contains("missing field `type`") || text.contains("unknown variant") {
+        format!(
+            "{text} (each line is one JSON object whose \"type\" is enqueued, delivery, dead_letter, ack or end)"
+        )
+    } else {
+        text
+    }
+}
+
+fn bad(line: usize, what: impl Into<String>) -> HistoryError {
+    HistoryError::Line { line, what: what.into() }
+}
+
+/// A time field: finite, not negative, within what a `Duration` holds.
+fn time(line: usize, field: &str, ms: f64) -> Result<Time, HistoryError> {
+    if !ms.is_finite() || !(0.0..=1e15).contains(&ms) {
+        return Err(bad(line, format!("{field} is {ms}: a time must be milliseconds, 0 or more")));
+    }
+    Ok(Time(Duration::from_micros((ms * 1000.0).round() as u64)))
+}
+
+/// One event as the records describe it.
+struct Event {
+    line: usize,
+    key: String,
+    rank: i64,
+    partition: Option<u16>,
+    layout: u64,
+    at: Time,
+}
+
+#[derive(Default)]
+struct Build {
+    /// Event id to its enqueue (or, for a receiver, its first delivery).
+    events: BTreeMap<String, Event>,
+    /// Event ids in the order they were first described.
+    order: Vec<String>,
+    partitions_known: bool,
+}
+
+/// The one rank of a record from `seq` or `order`.
+fn rank(line: usize, seq: Option<i64>, order: Option<i64>) -> Result<Option<i64>, HistoryError> {
+    match (seq, order) {
+        (Some(_), Some(_)) => Err(bad(line, "give seq or order, not both")),
+        (s, o) => Ok(s.or(o)),
+    }
+}
+
+impl Build {
+    fn full(mut self, lines: &[(usize, Record)]) -> Result<Parsed, HistoryError> {
+        self.partitions_known = true;
+        for (line, record) in lines {
+            if let Record::Enqueued { event_id, key, seq, order, partition, layout, at_ms } = record
+            {
+                let line = *line;
+                let Some(r) = rank(line, *seq, *order)? else {
+                    return Err(bad(
+                        line,
+                        format!("enqueued {event_id:?} has neither seq nor order"),
+                    ));
+                };
+                if let Some(first) = self.events.get(event_id) {
+                    return Err(bad(
+                        line,
+                        format!(
+                            "event {event_id:?} is enqueued twice (first on line {})",
+                            first.line
+                        ),
+                    ));
+                }
+                self.partitions_known &= partition.is_some();
+                let at = time(line, "at_ms", *at_ms)?;
+                let event = Event {
+                    line,
+                    key: key.clone(),
+                    rank: r,
+                    partition: *partition,
+                    layout: layout.unwrap_or(0),
+                    at,
+                };
+                self.events.insert(event_id.clone(), event);
+                self.order.push(event_id.clone());
+            }
+        }
+        let mut h = History::default();
+        let seqs = self.seqs()?;
+        for (line, record) in lines {
+            let line = *line;
+            match record {
+                Record::Enqueued { .. } => {}
+                Record::Delivery { event_id, key, seq, order, partition, .. } => {
+                    let event = self.events.get(event_id).ok_or_else(|| {
+                        bad(line, format!("event {event_id:?} is delivered but has no enqueued record (a receiver's log is read with --receiver-only)"))
+                    })?;
+                    if *key != event.key {
+                        return Err(bad(line, format!("event {event_id:?} has key {key:?} here and {:?} where it was enqueued (line {})", event.key, event.line)));
+                    }
+                    if let Some(r) = rank(line, *seq, *order)? {
+                        if r != event.rank {
+                            return Err(bad(line, format!("event {event_id:?} has seq/order {r} here and {} where it was enqueued (line {})", event.rank, event.line)));
+                        }
+                    }
+                    self.partitions_known &= partition.is_some();
+                    h.deliveries.push(delivery(line, record, seqs[event_id])?);
+                }
+                Record::DeadLetter { event_id, reason, at_ms } => {
+                    let seq = self.known(&seqs, line, event_id, "dead-lettered")?;
+                    let reason = reason.clone().unwrap_or_else(|| "no reason given".into());
+                    h.dead_letters.push(DeadLettered {
+                        seq,
+                        reason,
+                        at: time(line, "at_ms", *at_ms)?,
+                    });
+                }
+                Record::Ack { event_id, at_ms } => {
+                    let seq = self.known(&seqs, line, event_id, "acknowledged")?;
+                    h.acks.push(Acked { seq, at: time(line, "at_ms", *at_ms)? });
+                }
+                Record::End { at_ms, queued } => {
+                    h.end = h.end.max(time(line, "at_ms", *at_ms)?);
+                    for id in queued {
+                        let seq = self.known(&seqs, line, id, "listed as queued")?;
+                        h.queued_at_end.push(seq);
+                    }
+                }
+            }
+        }
+        Ok(self.finish(h, &seqs, Vec::new()))
+    }
+
+    fn receiver(mut self, lines: &[(usize, Record)]) -> Result<Parsed, HistoryError> {
+        let mut last: BTreeMap<String, Time> = BTreeMap::new();
+        for (line, record) in lines {
+            let line = *line;
+            let Record::Delivery { event_id, key, seq, order, arrived_ms, .. } = record else {
+                return Err(bad(line, "a receiver's log holds only delivery records (without --receiver-only, the full format is read)"));
+            };
+            let Some(r) = rank(line, *seq, *order)? else {
+                return Err(bad(line, format!("delivery of {event_id:?} has neither seq nor order: a receiver needs the event's order, from a header")));
+            };
+            let Some(arrived) = arrived_ms else {
+                return Err(bad(line, format!("delivery of {event_id:?} has no arrived_ms")));
+            };
+            let arrived = time(line, "arrived_ms", *arrived)?;
+            match self.events.get_mut(event_id) {
+                Some(e) => {
+                    if e.key != *key || e.rank != r {
+                        return Err(bad(line, format!("event {event_id:?} has key {key:?} and seq/order {r} here, key {:?} and {} on line {}", e.key, e.rank, e.line)));
+                    }
+                    e.at = e.at.min(arrived);
+                }
+                None => {
+                    let event = Event {
+                        line,
+                        key: key.clone(),
+                        rank: r,
+                        partition: None,
+                        layout: 0,
+                        at: arrived,
+                    };
+                    self.events.insert(event_id.clone(), event);
+                    self.order.push(event_id.clone());
+                }
+            }
+            let t = last.entry(event_id.clone()).or_insert(arrived);
+            *t = (*t).max(arrived);
+        }
+        let seqs = self.seqs()?;
+        let mut h = History::default();
+        for (line, record) in lines {
+            let mut d = delivery(*line, record, seqs[record_event(record)])?;
+            // The receiver knows when a request arrived, not when it was sent.
+            d.sent_at = d.arrived_at;
+            d.partition = PartitionId(0);
+            h.deliveries.push(d);
+        }
+        for (id, at) in last {
+            let seq = seqs[&id];
+            let accepted =
+                h.deliveries.iter().any(|d| d.seq == seq && d.outcome == Outcome::Accepted);
+            if !accepted {
+                let reason = "never accepted: taken as dead-lettered at its last arrival".into();
+                h.dead_letters.push(DeadLettered { seq, reason, at });
+            }
+        }
+        h.dead_letters.sort_by_key(|d| (d.at, d.seq));
+        Ok(self.finish(h, &seqs, RECEIVER_NOT_JUDGED.to_vec()))
+    }
+
+    fn known(
+        &self,
+        seqs: &BTreeMap<String, Seq>,
+        line: usize,
+        event_id: &str,
+        what: &str,
+    ) -> Result<Seq, HistoryError> {
+        seqs.get(event_id).copied().ok_or_else(|| {
+            bad(line, format!("event {event_id:?} is {what} but has no enqueued record"))
+        })
+    }
+
+    /// A checker seq per event: the ranks as given when they are unique across keys (a queue's
+    /// seq), or else positions that keep each key's order (per-key `order`s repeat across keys).
+    fn seqs(&self) -> Result<BTreeMap<String, Seq>, HistoryError> {
+        let mut per_key: BTreeMap<(&str, i64), &str> = BTreeMap::new();
+        for id in &self.order {
+            let e = &self.events[id];
+            if let Some(other) = per_key.insert((&e.key, e.rank), id) {
+                return Err(bad(
+                    e.line,
+                    format!(
+                        "events {other:?} and {id:?} of key {:?} both have seq/order {}",
+                        e.key, e.rank
+                    ),
+                ));
+            }
+        }
+        let mut ranks: Vec<i64> = self.events.values().map(|e| e.rank).collect();
+        ranks.sort_unstable();
+        let unique = ranks.windows(2).all(|w| w[0] != w[1]);
+        if unique {
+            return Ok(self.events.iter().map(|(id, e)| (id.clone(), Seq(e.rank))).collect());
+        }
+        let mut sorted: Vec<(&i64, &str, &str)> =
+            self.events.iter().map(|(id, e)| (&e.rank, e.key.as_str(), id.as_str())).collect();
+        sorted.sort_unstable();
+        Ok(sorted
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, _, id))| (id.to_owned(), Seq(i as i64 + 1)))
+            .collect())
+    }
+
+    fn finish(
+        self,
+        mut h: History,
+        seqs: &BTreeMap<String, Seq>,
+        mut not_judged: Vec<Kind>,
+    ) -> Parsed {
+        for id in &self.order {
+            let e = &self.events[id];
+            h.enqueued.push(Enqueued {
+                event_id: id.clone(),
+                key: e.key.clone(),
+                seq: seqs[id],
+                partition: PartitionId(e.partition.unwrap_or(0)),
+                layout: e.layout,
+                at: e.at,
+            });
+        }
+        let latest = h
+            .enqueued
+            .iter()
+            .map(|e| e.at)
+            .chain(h.deliveries.iter().map(|d| d.end().max(d.arrived_at)))
+            .chain(h.acks.iter().map(|a| a.at))
+            .chain(h.dead_letters.iter().map(|d| d.at))
+            .max()
+            .unwrap_or(Time::ZERO);
+        h.end = h.end.max(latest);
+        if !self.partitions_known {
+            not_judged.extend(NEED_PARTITIONS);
+        }
+        not_judged.sort();
+        not_judged.dedup();
+        Parsed { history: h, not_judged }
+    }
+}
+
+fn record_event(record: &Record) -> &str {
+    match record {
+        Record::Enqueued { event_id, .. }
+        | Record::Delivery { event_id, .. }
+        | Record::DeadLetter { event_id, .. }
+        | Record::Ack { event_id, .. } => event_id,
+        Record::End { .. } => "",
+    }
+}
+
+/// A `delivery` record as the checker's [`Delivery`] of `seq`.
+fn delivery(line: usize, record: &Record, seq: Seq) -> Result<Delivery, HistoryError> {
+    let Record::Delivery {
+        event_id,
+        key,
+        partition,
+        worker,
+        attempt,
+        sent_ms,
+        arrived_ms,
+        answered_ms,
+        outcome,
+        reason,
+        ..
+    } = record
+    else {
+        return Err(bad(line, "not a delivery record"));
+    };
+    let sent = sent_ms.map(|t| time(line, "sent_ms", t)).transpose()?;
+    let arrived = arrived_ms.map(|t| time(line, "arrived_ms", t)).transpose()?;
+    let answered = answered_ms.map(|t| time(line, "answered_ms", t)).transpose()?;
+    let (sent_at, arrived_at) = match (sent, arrived) {
+        (Some(s), Some(a)) if a < s => {
+            return Err(bad(line, "arrived_ms is before sent_ms"));
+        }
+        (Some(s), Some(a)) => (s, a),
+        (Some(s), None) => (s, s),
+        (None, Some(a)) => (a, a),
+        (None, None) => {
+            return Err(bad(
+                line,
+                format!("delivery of {event_id:?} has neither sent_ms nor arrived_ms"),
+            ))
+        }
+    };
+    if answered.is_some_and(|a| a < sent_at) {
+        return Err(bad(line, "answered_ms is before the delivery was sent"));
+    }
+    let outcome = match outcome {
+        RecordOutcome::Accepted => Outcome::Accepted,
+        RecordOutcome::Rejected => {
+            Outcome::Rejected(reason.clone().unwrap_or_else(|| "rejected".into()))
+        }
+    };
+    Ok(Delivery {
+        event_id: event_id.clone(),
+        key: key.clone(),
+        seq,
+        partition: PartitionId(partition.unwrap_or(0)),
+        attempt: attempt.unwrap_or(0),
+        worker: worker.clone().unwrap_or_default(),
+        sent_at,
+        arrived_at,
+        finished_at: answered,
+        outcome,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{check, Kind};
+
+    /// The skipped head of the checker's tests, as a file: seq 1 refused at 10 ms, seq 2
+    /// accepted at 20 ms, seq 1 dead-lettered at 30 ms.
+    const SKIPPED: &str = r#"{"type":"enqueued","event_id":"e1","key":"a","seq":1,"partition":0,"at_ms":1}
+{"type":"enqueued","event_id":"e2","key":"a","seq":2,"partition":0,"at_ms":2}
+{"type":"delivery","event_id":"e1","key":"a","partition":0,"worker":"w","sent_ms":10,"arrived_ms":10,"answered_ms":10.5,"outcome":"rejected","reason":"HTTP 503"}
+
+{"type":"delivery","event_id":"e2","key":"a","partition":0,"worker":"w","sent_ms":20,"arrived_ms":20,"answered_ms":20.5,"outcome":"accepted"}
+{"type":"ack","event_id":"e2","at_ms":21}
+{"type":"dead_letter","event_id":"e1","reason":"exhausted","at_ms":30}
+"#;
+
+    fn full(text: &str) -> Result<Parsed, HistoryError> {
+        parse(text.as_bytes())
+    }
+
+    fn line_error(result: Result<Parsed, HistoryError>) -> (usize, String) {
+        match result {
+            Err(HistoryError::Line { line, what }) => (line, what),
+            other => panic!("expected a line error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_file_reads_into_the_history_the_checker_judges() {
+        let parsed = full(SKIPPED).unwrap();
+        assert!(parsed.not_judged.is_empty());
+        let h = &parsed.history;
+        assert_eq!((h.enqueued.len(), h.deliveries.len(), h.acks.len()), (2, 2, 1));
+        assert_eq!(h.deliveries[0].outcome, Outcome::Rejected("HTTP 503".into()));
+        assert_eq!(h.deliveries[0].finished_at, Some(Time(Duration::from_micros(10_500))));
+        assert_eq!(h.dead_letters[0].at, Time::from_millis(30));
+        assert_eq!(h.end, Time::from_millis(30));
+        let v = check(h);
+        assert_eq!(v.violated(), vec![Kind::Skip], "{v}");
+    }
+
+    #[test]
+    fn malformed_lines_are_named_with_what_is_wrong() {
+        let cases: [(&str, usize, &str); 8] = [
+            ("{\"type\":\"enqueued\"", 1, "EOF"),
+            ("not json", 1, "expected"),
+            (r#"{"type":"sent","event_id":"e1"}"#, 1, "\"type\" is enqueued, delivery"),
+            (r#"{"event_id":"e1"}"#, 1, "missing field `type`"),
+            (
+                r#"{"type":"enqueued","event_id":"e1","key":"a","at_ms":1}"#,
+                1,
+                "neither seq nor order",
+            ),
+            (
+                r#"{"type":"enqueued","event_id":"e1","key":"a","seq":1,"at_ms":-1}"#,
+                1,
+                "at_ms is -1",
+            ),
+            (
+                r#"{"type":"enqueued","event_id":"e1","key":"a","seq":1,"at_ms":"soon"}"#,
+                1,
+                "invalid type",
+            ),
+            (
+                r#"{"type":"enqueued","event_id":"e1","key":"a","seq":1,"order":1,"at_ms":1}"#,
+                1,
+                "not both",
+            ),
+        ];
+        for (text, line, says) in cases {
+            let (l, what) = line_error(full(text));
+            assert_eq!(l, line, "{text}");
+            assert!(what.contains(says), "{text}: {what}");
+        }
+        // Line numbers count blank lines too.
+        let text = format!("{}\n\n{{\"type\":\"ack\"}}\n", SKIPPED.lines().next().unwrap());
+        assert_eq!(line_error(full(&text)).0, 3);
+        // A record naming an event never enqueued, a key that changed, a seq used twice.
+        let head = SKIPPED.lines().take(2).collect::<Vec<_>>().join("\n");
+        let (l, what) = line_error(full(&format!(
+            "{head}\n{}",
+            r#"{"type":"delivery","event_id":"e9","key":"a","sent_ms":3,"outcome":"accepted"}"#
+        )));
+        assert_eq!(l, 3);
+        assert!(what.contains("\"e9\"") && what.contains("--receiver-only"), "{what}");
+        let (_, what) = line_error(full(&format!(
+            "{head}\n{}",
+            r#"{"type":"delivery","event_id":"e1","key":"b","sent_ms":3,"outcome":"accepted"}"#
+        )));
+        assert!(what.contains("key \"b\" here"), "{what}");
+        let (l, what) = line_error(full(&format!(
+            "{head}\n{}",
+            r#"{"type":"enqueued","event_id":"e3","key":"a","seq":2,"at_ms":3}"#
+        )));
+        assert_eq!(l, 3);
+        assert!(what.contains("both have seq/order 2"), "{what}");
+        let (_, what) = line_error(full(&format!(
+            "{head}\n{}",
+            r#"{"type":"delivery","event_id":"e1","key":"a","sent_ms":5,"arrived_ms":4,"outcome":"accepted"}"#
+        )));
+        assert!(what.contains("arrived_ms is before sent_ms"), "{what}");
+        assert!(matches!(full("\n\n"), Err(HistoryError::Empty)));
+        let (l, what) = line_error(parse(&b"{\"type\":\"ack\",\"event_id\":\"\xff\"}"[..]));
+        assert_eq!((l, what.as_str()), (1, "not UTF-8 text"));
+    }
+
+    #[test]
+    fn per_key_orders_become_seqs_that_keep_each_keys_order() {
+        let text = r#"{"type":"enqueued","event_id":"a1","key":"a","order":1,"partition":0,"at_ms":1}
+{"type":"enqueued","event_id":"b1","key":"b","order":1,"partition":1,"at_ms":1}
+{"type":"enqueued","event_id":"a2","key":"a","order":2,"partition":0,"at_ms":2}
+{"type":"delivery","event_id":"a2","key":"a","partition":0,"sent_ms":3,"answered_ms":3,"outcome":"accepted"}
+{"type":"delivery","event_id":"a1","key":"a","partition":0,"sent_ms":4,"answered_ms":4,"outcome":"accepted"}
+{"type":"delivery","event_id":"b1","key":"b","partition":1,"sent_ms":4,"answered_ms":4,"outcome":"accepted"}
+"#;
+        let h = full(text).unwrap().history;
+        let seq = |id: &str| h.enqueued.iter().find(|e| e.event_id == id).unwrap().seq;
+        assert!(seq("a1") < seq("a2"));
+        assert_ne!(seq("a1"), seq("b1"));
+        let v = check(&h);
+        assert_eq!(v.violated(), vec![Kind::Reorder, Kind::Skip], "{v}");
+    }
+
+    #[test]
+    fn without_partitions_the_partition_rules_are_not_judged() {
+        // Two keys delivered at once: concurrent if they shared a partition, but none is named.
+        let text = r#"{"type":"enqueued","event_id":"a1","key":"a","seq":1,"at_ms":1}
+{"type":"enqueued","event_id":"b1","key":"b","seq":2,"at_ms":1}
+{"type":"delivery","event_id":"a1","key":"a","sent_ms":3,"answered_ms":9,"outcome":"accepted"}
+{"type":"delivery","event_id":"b1","key":"b","sent_ms":4,"answered_ms":9,"outcome":"accepted"}
+"#;
+        let parsed = full(text).unwrap();
+        assert_eq!(
+            parsed.not_judged,
+            vec![Kind::SplitKey, Kind::Concurrent, Kind::Stall, Kind::HeadOfLine]
+        );
+        assert_eq!(check(&parsed.history).count(Kind::Concurrent), 1, "judged, it would be");
+        let v = check(&parsed.history).not_judging(&parsed.not_judged);
+        assert!(v.is_ok(), "{v}");
+        assert!(v.to_string().contains("concurrent       not judged       -"), "{v}");
+    }
+
+    #[test]
+    fn a_receivers_log_judges_order_and_skips_but_not_loss() {
+        // What the endpoint saw of the skipped head: seq 1 refused at 10 and again at 25 (so
+        // still queued, not dead-lettered, when seq 2 arrived at 20).
+        let text = r#"{"type":"delivery","event_id":"e1","key":"a","seq":1,"arrived_ms":10,"answered_ms":10,"outcome":"rejected"}
+{"type":"delivery","event_id":"e2","key":"a","seq":2,"arrived_ms":20,"answered_ms":20,"outcome":"accepted"}
+{"type":"delivery","event_id":"e1","key":"a","seq":1,"arrived_ms":25,"answered_ms":25,"outcome":"rejected"}
+"#;
+        let parsed = parse_receiver(text.as_bytes()).unwrap();
+        assert_eq!(parsed.not_judged, RECEIVER_NOT_JUDGED.to_vec());
+        let v = check(&parsed.history).not_judging(&parsed.not_judged);
+        assert_eq!(v.violated(), vec![Kind::Skip], "{v}");
+        // Refused once only: it may have been dead-lettered before seq 2 came, which is a gap.
+        let once: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
+        let parsed = parse_receiver(once.as_bytes()).unwrap();
+        let v = check(&parsed.history).not_judging(&parsed.not_judged);
+        assert!(v.is_ok(), "{v}");
+        assert_eq!(v.count(Kind::Gap), 1);
+        // A receiver needs each event's order, and logs only deliveries.
+        let (l, what) = line_error(parse_receiver(
+            &br#"{"type":"delivery","event_id":"e1","key":"a","arrived_ms":1,"outcome":"accepted"}"#[..],
+        ));
+        assert!(l == 1 && what.contains("neither seq nor order"), "{what}");
+        let (_, what) = line_error(parse_receiver(SKIPPED.as_bytes()));
+        assert!(what.contains("only delivery records"), "{what}");
+    }
+}
