@@ -39,3 +39,14 @@ pub mod worker;
 pub use ids::{Epoch, PartitionId, Seq, Time};
 pub use key::{partition_key, Event, KeyError};
 pub use routing::{partition_for, route_many, Overrides, PartitionCount, Router, RoutingError};
+
+/// The Rust examples of the README and the guide, compiled and run by `cargo test` as
+/// doctests, so that they keep compiling against this crate.
+#[cfg(doctest)]
+pub mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    pub struct Readme;
+
+    #[doc = include_str!("../docs/guide/producing.md")]
+    pub struct Producing;
+}
