@@ -22,7 +22,7 @@ for b in random-hash two-readers unfenced-lease flip-without-drain requeue-at-ta
   parallel-in-partition unserialised-producers unbounded-retry handover-always-clean \
   unfenced-expiry skip-without-parking pin-without-barrier cursor-past-parked \
   cursor-past-late-commit timeout-leaves-call-running local-batch priority-within-key \
-  created-at-order rebalance-on-join; do
+  created-at-order rebalance-on-join set-aside-head; do
   for s in 0 1 2 3; do hash "$s" --size small --break "$b"; done
   hash 7 --size medium --break "$b"
 done

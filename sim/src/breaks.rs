@@ -79,11 +79,16 @@ pub enum Break {
     /// had been handed back clean, while the old holders' deliveries are still out (Pulsar
     /// Key_Shared's recently joined consumer).
     RebalanceOnJoin,
+    /// A failing head is set aside while it backs off and its key moves on; once its attempts
+    /// run out it is dead-lettered, after later events of its key were delivered (a FIFO queue
+    /// whose redrive or visibility timeout lets a message group move on past a message that
+    /// ends in the dead-letter queue).
+    SetAsideHead,
 }
 
 impl Break {
     /// The catalogue, in order: every entry but `cursor-past-late-commit`.
-    pub const ALL: [Break; 18] = [
+    pub const ALL: [Break; 19] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -102,6 +107,7 @@ impl Break {
         Break::PriorityWithinKey,
         Break::CreatedAtOrder,
         Break::RebalanceOnJoin,
+        Break::SetAsideHead,
     ];
 
     /// The violation the checker must report when this design runs.
@@ -126,6 +132,7 @@ impl Break {
             | Break::PriorityWithinKey
             | Break::CreatedAtOrder => Kind::Reorder,
             Break::UnboundedRetry => Kind::Stall,
+            Break::SetAsideHead => Kind::Skip,
         }
     }
 
@@ -151,6 +158,7 @@ impl Break {
             Break::PriorityWithinKey => "priority-within-key",
             Break::CreatedAtOrder => "created-at-order",
             Break::RebalanceOnJoin => "rebalance-on-join",
+            Break::SetAsideHead => "set-aside-head",
         }
     }
 }
@@ -201,7 +209,7 @@ impl Switches {
                 requeue_at_tail: has(Break::RequeueAtTail),
                 always_clean: has(Break::HandoverAlwaysClean),
                 unfenced_expiry: has(Break::UnfencedExpiry),
-                skip_without_parking: has(Break::SkipWithoutParking),
+                skip_without_parking: has(Break::SkipWithoutParking) || has(Break::SetAsideHead),
                 head_order: if has(Break::PriorityWithinKey) {
                     Some(crate::hosts::store::HeadOrder::Priority)
                 } else if has(Break::CreatedAtOrder) {

@@ -680,6 +680,14 @@ impl Scenario {
                 s.keys[k].endpoint.retry_after_ms = Some(100);
                 s.keys[k].endpoint.poison.clear();
             }
+            Break::SetAsideHead => {
+                // Poison heads that end in the dead-letter table: every fourth key has an
+                // event early on that always fails, with later events behind it.
+                for k in s.keys.iter_mut().step_by(4) {
+                    k.events = k.events.max(4);
+                    k.endpoint.poison = vec![1];
+                }
+            }
             Break::CursorPastParked => {
                 // At least four keys a partition, every other one failing for stretches: two
                 // can be parked at once while a third's acknowledgements move the cursor past

@@ -163,3 +163,8 @@ fn ordering_by_a_timestamp_with_ties_is_caught_as_reorder() {
 fn partitions_handed_to_a_joining_worker_at_once_are_caught_as_concurrent() {
     check(Break::RebalanceOnJoin);
 }
+
+#[test]
+fn a_head_set_aside_then_dead_lettered_is_caught_as_skip() {
+    check(Break::SetAsideHead);
+}
