@@ -47,14 +47,14 @@ pub enum Break {
     PinWithoutBarrier,
     /// A drain whose cursor passes a key's rows: while the key is parked, other keys'
     /// acknowledgements move the cursor past its rows, and after the unpark a read after the
-    /// cursor serves its later rows before them (keyorder's own PostgreSQL store before
-    /// 2026-12-06, found when the simulation first ran its rules; with expiry leases, SQLite's
-    /// cursor without its rewind).
+    /// cursor serves its later rows before them (an earlier keyorder PostgreSQL store, found
+    /// when the simulation first ran its rules: docs/design/findings.md; with expiry leases,
+    /// SQLite's cursor without its rewind).
     CursorPastParked,
     /// A drain whose cursor passes a row that commits late: a producer's transaction took its
     /// seq and stays open while later rows are delivered and acknowledged, and when it commits,
-    /// its key's next row is read after the cursor before a full read finds it (keyorder's own
-    /// PostgreSQL store before 2026-12-06 evening: README, "A commit behind the cursor").
+    /// its key's next row is read after the cursor before a full read finds it (an earlier
+    /// keyorder PostgreSQL store: docs/design/drain-and-parking.md).
     /// Not in [`Break::ALL`]: the generated scenarios reach the window in only some seeds
     /// (medium: a median of 4 seeds, worst 11, in 5 sweeps), so it is proven on a saved case
     /// (`testdata/regressions/break-cursor-past-late-commit.json`).

@@ -238,56 +238,54 @@ impl FaultRunner {
                 rec.log(t, "driver", format_args!("repair {host} to store"));
                 sim.repair(&host, "store");
             }
-            Step::Repartition(to) if world.flip_without_drain => {
-                let from = world.control.borrow().count.get();
-                rec.log(
-                    t,
-                    "driver",
-                    format_args!(
-                        "flip {from} -> {to} WITHOUT drain (depth {})",
-                        world.store.borrow().depth()
-                    ),
-                );
-                rec.fault("repartition");
-                if let Ok(count) = PartitionCount::new(i64::from(to)) {
-                    world.control.borrow_mut().switch(count, count);
-                }
-                self.switches.push(SwitchReport {
-                    from,
-                    to,
-                    write_pause_ms: 0,
-                    drain_ms: 0,
-                    switched: true,
-                    procedure: Procedure::FlipWithoutDrain,
-                });
-            }
-            Step::Repartition(to) if world.procedure == Procedure::Online => {
-                let from = world.control.borrow().count;
-                let Ok(target) = PartitionCount::new(i64::from(to)) else { return };
-                rec.log(t, "driver", format_args!("online switch {from} -> {to}: producers route with {to} now; workers lease {} until old rows are gone", consumer_count(from, target, true)));
-                rec.fault("repartition");
-                let mut control = world.control.borrow_mut();
-                control.switch(target, consumer_count(from, target, true));
-                let layout = control.layout;
-                self.migration = Some(Migration { from: from.get(), to, layout, started: now });
-            }
             Step::Pin(key, partition) => {
                 drop(rec);
                 self.pin(now, &key, partition.map(PartitionId), world);
             }
             Step::Repartition(to) => {
-                let from = world.control.borrow().count.get();
-                rec.log(
-                    t,
-                    "driver",
-                    format_args!(
-                        "drain-and-switch {from} -> {to}: freeze mapping, pause producers"
-                    ),
-                );
-                rec.fault("repartition");
-                world.control.borrow_mut().paused = true;
-                self.switch = Some(Switch { to, paused_at: now, quiet_at: None });
+                drop(rec);
+                self.repartition(to, now, world);
             }
+        }
+    }
+
+    /// A change of partition count, as the scenario's procedure carries it out: the unsafe
+    /// flip, the online switch, or drain-and-switch (the mapping frozen, producers paused).
+    fn repartition(&mut self, to: u16, now: Duration, world: &World) {
+        let t = keyorder::Time(now);
+        let mut rec = world.rec.borrow_mut();
+        rec.fault("repartition");
+        if world.flip_without_drain {
+            let from = world.control.borrow().count.get();
+            let depth = world.store.borrow().depth();
+            rec.log(t, "driver", format_args!("flip {from} -> {to} WITHOUT drain (depth {depth})"));
+            if let Ok(count) = PartitionCount::new(i64::from(to)) {
+                world.control.borrow_mut().switch(count, count);
+            }
+            self.switches.push(SwitchReport {
+                from,
+                to,
+                write_pause_ms: 0,
+                drain_ms: 0,
+                switched: true,
+                procedure: Procedure::FlipWithoutDrain,
+            });
+        } else if world.procedure == Procedure::Online {
+            let from = world.control.borrow().count;
+            let Ok(target) = PartitionCount::new(i64::from(to)) else { return };
+            let leased = consumer_count(from, target, true);
+            rec.log(t, "driver", format_args!("online switch {from} -> {to}: producers route with {to} now; workers lease {leased} until old rows are gone"));
+            let mut control = world.control.borrow_mut();
+            control.switch(target, leased);
+            let layout = control.layout;
+            self.migration = Some(Migration { from: from.get(), to, layout, started: now });
+        } else {
+            let from = world.control.borrow().count.get();
+            let what =
+                format_args!("drain-and-switch {from} -> {to}: freeze mapping, pause producers");
+            rec.log(t, "driver", what);
+            world.control.borrow_mut().paused = true;
+            self.switch = Some(Switch { to, paused_at: now, quiet_at: None });
         }
     }
 

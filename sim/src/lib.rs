@@ -19,6 +19,7 @@ pub mod shrink;
 pub mod simulator;
 pub mod sweep;
 pub mod trace;
+mod triggers;
 
 pub use breaks::Break;
 pub use run::{run, RunError, RunOutcome};

@@ -551,7 +551,7 @@ impl Scenario {
     /// A random scenario of `size`, drawn from `seed`.
     pub fn generate(size: Size, seed: u64) -> Scenario {
         let mut scenario = Scenario::generate_without_pins(size, seed);
-        // Pin changes (issue #20) come from a generator of their own, drawn last: a seed
+        // Pin changes come from a generator of their own, drawn last: a seed
         // without one is the scenario it was before pins existed.
         let mut pin_rng = StdRng::seed_from_u64(seed ^ PIN_STREAM);
         if pin_rng.random_bool(PIN_SHARE) {
@@ -598,163 +598,17 @@ impl Scenario {
     /// without barrier). Without the switch the same
     /// scenario is the correct design under the same faults.
     pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
-        // Without the pin changes (and their whale) of issue #20, so each design runs as it did
-        // before pins existed; `pin-without-barrier` adds its own below.
+        // Without the pin changes (and their whale): each design runs on the scenario it was
+        // made for; `pin-without-barrier` adds its own.
         let mut s = Scenario::generate_without_pins(size, seed);
         let mut rng = StdRng::seed_from_u64(seed ^ 0xB7EA_C0DE);
-        let mid = s.load_ms / 2;
         // Every other design is about session locks (or about no lease at all): it runs on the
         // session-lock scenario of its seed, as it did before expiry leases existed.
         s.lease = LeaseModel::SessionLock;
-        // Without the pauses the session-lock scenarios have had since issue #19, so each
-        // design runs as it did before.
+        // Without the pauses of the session-lock scenarios: each design runs on the faults it
+        // was made for.
         s.faults.retain(|f| !f.kind.needs_expiry() && !matches!(f.kind, FaultKind::Pause { .. }));
-        match b {
-            Break::RandomHash | Break::UnserialisedProducers => s.producers = s.producers.max(2),
-            Break::UnfencedLease => {
-                // The cut comes early and events keep coming long after it heals, so the
-                // worker that lost its lease has heads to read beside the new holder.
-                // A crash of that worker would end its pooled connections with it and hide the
-                // design, so the random mix must not crash it. The pooled leases never notice
-                // their loss, so the run cannot drain: it ends 30 s after the load (time enough for
-                // the same scenario to drain without the switch).
-                let worker = rng.random_range(0..s.workers);
-                let (at_ms, for_ms) = (rng.random_range(500..1_000), s.detection_ms + 500);
-                s.faults.retain(
-                    |f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker),
-                );
-                s.faults.push(Fault { at_ms, kind: FaultKind::LeaseLoss { worker, for_ms } });
-                s.load_ms = s.load_ms.max(at_ms + for_ms + 3_000);
-                s.duration_ms = s.load_ms + 30_000;
-            }
-            Break::RequeueAtTail => {
-                for k in s.keys.iter_mut().step_by(4) {
-                    k.endpoint.flaky_percent = k.endpoint.flaky_percent.max(30);
-                }
-            }
-            Break::FlipWithoutDrain => {
-                s.faults.retain(|f| !matches!(f.kind, FaultKind::Repartition { .. }));
-                let to = s.partitions * 2;
-                s.faults.push(Fault {
-                    at_ms: rng.random_range(mid / 2..mid.max(1)),
-                    kind: FaultKind::Repartition { to },
-                });
-            }
-            Break::UnboundedRetry => {
-                let k = rng.random_range(0..s.keys.len());
-                let events = s.keys[k].events;
-                s.keys[k].endpoint.poison = vec![rng.random_range(0..events)];
-                // Long enough for the same scenario to drain without the switch (producers run
-                // well past load_ms at medium size), and for the stall bound to pass with it.
-                s.duration_ms = s.load_ms + 30_000;
-            }
-            Break::HandoverAlwaysClean => {
-                // A store restart drops every lease at once while slow deliveries are out. One
-                // worker is cut off from the store across it, so the others count it gone and
-                // take its partitions while its deliveries are still out: the new holders must
-                // wait those out, and this design tells them not to.
-                for k in s.keys.iter_mut().step_by(2) {
-                    k.endpoint.slow_first = k.endpoint.slow_first.max(1);
-                }
-                let worker = rng.random_range(0..s.workers);
-                s.faults.retain(
-                    |f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker),
-                );
-                // Three chances, a quarter of the load apart, each with its own timing.
-                for i in 1..=3 {
-                    let at_ms = s.load_ms * i / 4 + rng.random_range(0..=100);
-                    s.faults
-                        .push(Fault { at_ms, kind: FaultKind::LeaseLoss { worker, for_ms: 600 } });
-                    let down_ms = rng.random_range(20..=100);
-                    s.faults.push(Fault { at_ms, kind: FaultKind::StoreRestart { down_ms } });
-                }
-            }
-            Break::UnfencedExpiry => unfenced_expiry_trigger(&mut rng, &mut s),
-            Break::SkipWithoutParking => {
-                // A key that fails for a long stretch: every event's first three attempts are
-                // refused with a Retry-After, so its later events are queued behind a head
-                // that backs off.
-                let k = rng.random_range(0..s.keys.len());
-                s.keys[k].events = s.keys[k].events.max(4);
-                s.keys[k].endpoint.fail_first = 3;
-                s.keys[k].endpoint.retry_after_ms = Some(100);
-                s.keys[k].endpoint.poison.clear();
-            }
-            Break::SetAsideHead => {
-                // Poison heads that end in the dead-letter table: every fourth key has an
-                // event early on that always fails, with later events behind it.
-                for k in s.keys.iter_mut().step_by(4) {
-                    k.events = k.events.max(4);
-                    k.endpoint.poison = vec![1];
-                }
-            }
-            Break::CursorPastParked => {
-                // At least four keys a partition, every other one failing for stretches: two
-                // can be parked at once while a third's acknowledgements move the cursor past
-                // their rows, then be unparked, and one parked again while a read after the
-                // cursor is due.
-                let events = s.keys.iter().map(|k| k.events).min().unwrap_or(4);
-                for i in s.keys.len()..usize::from(s.partitions) * 4 {
-                    s.keys.push(key_spec(&mut rng, i, events));
-                }
-                for k in s.keys.iter_mut().step_by(2) {
-                    k.events = k.events.max(4);
-                    k.endpoint.fail_first = 2;
-                    k.endpoint.retry_after_ms = Some(100);
-                    k.endpoint.poison.clear();
-                }
-            }
-            Break::CursorPastLateCommit => {
-                // Two producers taking turns to hold one transaction open for 200 ms, every
-                // 100 ms through the load, beside endpoints slow enough that partitions keep a
-                // backlog, so the drain reads after its cursor while a row lies uncommitted
-                // behind it.
-                s.producers = s.producers.max(2);
-                for k in &mut s.keys {
-                    k.endpoint.latency_ms = k.endpoint.latency_ms.max(20);
-                }
-                for (i, at_ms) in (20..s.load_ms).step_by(100).enumerate() {
-                    let producer = i % s.producers;
-                    let kind = FaultKind::SlowCommits { producer, extra_ms: 200, for_ms: 1 };
-                    s.faults.push(Fault { at_ms, kind });
-                }
-            }
-            Break::PinWithoutBarrier => {
-                // A pin change while the whale has rows queued on its old partition, every
-                // time: early in the load, no change of count to move the key first, and the
-                // whale's endpoint slow enough that its backlog never empties.
-                s.faults.retain(|f| !matches!(f.kind, FaultKind::Repartition { .. }));
-                pin_changes(&mut rng, &mut s, true);
-            }
-            Break::TimeoutLeavesCallRunning => {
-                // Slow answers to give up on: every other key's first arrival of each event.
-                for k in s.keys.iter_mut().step_by(2) {
-                    k.endpoint.slow_first = k.endpoint.slow_first.max(1);
-                }
-            }
-            Break::RebalanceOnJoin => {
-                // Workers that join while deliveries are out: slow answers on every other key,
-                // and three crashes whose restarts register again within the load.
-                for k in s.keys.iter_mut().step_by(2) {
-                    k.endpoint.slow_first = k.endpoint.slow_first.max(1);
-                }
-                for i in 1..=3 {
-                    let at_ms = s.load_ms * i / 4 + rng.random_range(0..=100);
-                    let worker = rng.random_range(0..s.workers);
-                    let down_ms = rng.random_range(50..=300);
-                    s.faults
-                        .push(Fault { at_ms, kind: FaultKind::CrashWorker { worker, down_ms } });
-                }
-            }
-            Break::LocalBatch | Break::PriorityWithinKey | Break::CreatedAtOrder => {
-                // A backlog in every partition: endpoints slow enough that rows queue up, so
-                // a batch or a head read has several rows of a key to choose from.
-                for k in &mut s.keys {
-                    k.endpoint.latency_ms = k.endpoint.latency_ms.max(20);
-                }
-            }
-            Break::TwoReaders | Break::ParallelInPartition => {}
-        }
+        crate::triggers::add(b, &mut rng, &mut s);
         s.faults.sort_by_key(|f| f.at_ms);
         s.breaks = vec![b];
         s
@@ -805,7 +659,7 @@ fn session_pauses(rng: &mut StdRng, s: &mut Scenario) {
 /// times, each time past its expiry and the takeover by another worker, while events keep
 /// coming: its partitions fill up while it is stopped, the new holder drains them, and the
 /// stopped worker wakes in the middle of a statement of its old lease.
-fn unfenced_expiry_trigger(rng: &mut StdRng, s: &mut Scenario) {
+pub(crate) fn unfenced_expiry_trigger(rng: &mut StdRng, s: &mut Scenario) {
     let mut spec = ExpirySpec::standard();
     let bound = spec.skew_bound_ms as i64;
     spec.skew_ms = (0..s.workers).map(|_| rng.random_range(-bound..=bound)).collect();
@@ -829,14 +683,14 @@ const PIN_STREAM: u64 = 0x0091_4E5C_4A4E;
 /// The share of generated scenarios with a pin change.
 const PIN_SHARE: f64 = 0.4;
 
-/// A pin change under load (issue #20): the heaviest key becomes a whale (three times its
+/// A pin change under load: the heaviest key becomes a whale (three times its
 /// events, an endpoint slow enough that it often carries a backlog: each answer takes one to
 /// two of its mean gaps between events) and is pinned to another partition in the middle of the
 /// load; half the time it is unpinned or pinned elsewhere later. `forced` (the
 /// `pin-without-barrier` trigger) pins it once, early, with an endpoint that answers in half the
 /// delivery timeout, several gaps at every size: its backlog grows from the start, so rows of it
 /// are always queued on the old partition when the new one gets its first.
-fn pin_changes(rng: &mut StdRng, s: &mut Scenario, forced: bool) {
+pub(crate) fn pin_changes(rng: &mut StdRng, s: &mut Scenario, forced: bool) {
     let smallest = s.smallest_count();
     let Some(i) = (0..s.keys.len()).max_by_key(|i| (s.keys[*i].events, std::cmp::Reverse(*i)))
     else {
@@ -879,7 +733,7 @@ fn pin_changes(rng: &mut StdRng, s: &mut Scenario, forced: bool) {
     s.faults.sort_by_key(|f| f.at_ms);
 }
 
-fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {
+pub(crate) fn key_spec(rng: &mut StdRng, i: usize, events: u32) -> KeySpec {
     let mut endpoint = EndpointSpec { latency_ms: rng.random_range(0..=3), ..Default::default() };
     match rng.random_range(0..100) {
         0..=5 => endpoint.fail_first = rng.random_range(1..=2),

@@ -393,23 +393,7 @@ impl StoreState {
     ) -> StoreResponse {
         use StoreRequest as R;
         match req {
-            R::Register { worker } => {
-                rec.borrow_mut().log(
-                    at,
-                    "store",
-                    format_args!("session {session} registers {worker}"),
-                );
-                if let Some(length) = self.durable.expiry {
-                    self.durable
-                        .members
-                        .insert(worker.clone(), (session, at.saturating_add(length)));
-                }
-                if self.durable.breaks.rebalance_on_join {
-                    self.hand_to_joiner(session, &worker, at, rec);
-                }
-                self.session(session).worker = Some(worker);
-                StoreResponse::Ok
-            }
+            R::Register { worker } => self.register(session, worker, at, rec),
             R::LiveWorkers => {
                 let n = self.live_workers(session, at);
                 StoreResponse::Count(if self.durable.breaks.shared_locks { 1 } else { n as u64 })
@@ -451,18 +435,7 @@ impl StoreState {
             }
             R::FlushAcks { leases } => self.flush_acks(leases, at, rec),
             R::ReadAfter { partition, after, skip, limit, watched, .. } => {
-                let from = Seq(after.0.saturating_add(1));
-                let heads = self.heads(partition, from, at, &skip, limit as usize);
-                let running = self.volatile.open_xids.values().copied().collect();
-                // PostgreSQL's probe of `producer_xid`: a watched transaction's row at or
-                // below `after`, committed behind the cursor.
-                let late = !watched.is_empty()
-                    && self
-                        .durable
-                        .rows
-                        .range((partition, Seq(i64::MIN))..=(partition, after))
-                        .any(|(_, row)| watched.contains(&row.xid));
-                StoreResponse::Heads { heads, running, late }
+                self.read_after(partition, after, &skip, limit, &watched, at)
             }
             R::Retry { partition, seq, attempts, retry_in_us, error, .. } => {
                 self.retry(
@@ -484,6 +457,49 @@ impl StoreState {
             }
             R::Commit => self.commit(session, at, rec),
         }
+    }
+
+    /// Membership: the session becomes the worker's control session.
+    fn register(
+        &mut self,
+        session: u64,
+        worker: String,
+        at: Time,
+        rec: &SharedRecorder,
+    ) -> StoreResponse {
+        rec.borrow_mut().log(at, "store", format_args!("session {session} registers {worker}"));
+        if let Some(length) = self.durable.expiry {
+            self.durable.members.insert(worker.clone(), (session, at.saturating_add(length)));
+        }
+        if self.durable.breaks.rebalance_on_join {
+            self.hand_to_joiner(session, &worker, at, rec);
+        }
+        self.session(session).worker = Some(worker);
+        StoreResponse::Ok
+    }
+
+    /// A fenced head read after `after`, with the transactions its snapshot saw running and
+    /// PostgreSQL's probe of `producer_xid`: whether a watched transaction's row at or below
+    /// `after` committed behind the cursor.
+    fn read_after(
+        &self,
+        partition: PartitionId,
+        after: Seq,
+        skip: &ParkedKeys,
+        limit: u32,
+        watched: &[u64],
+        at: Time,
+    ) -> StoreResponse {
+        let from = Seq(after.0.saturating_add(1));
+        let heads = self.heads(partition, from, at, skip, limit as usize);
+        let running = self.volatile.open_xids.values().copied().collect();
+        let late = !watched.is_empty()
+            && self
+                .durable
+                .rows
+                .range((partition, Seq(i64::MIN))..=(partition, after))
+                .any(|(_, row)| watched.contains(&row.xid));
+        StoreResponse::Heads { heads, running, late }
     }
 
     /// Deletes a delivered row, if it is still queued.
