@@ -364,7 +364,7 @@ impl StoreState {
                 *s != session
                     && sessions
                         .get(s)
-                        .and_then(|x| x.worker.as_deref())
+                        .and_then(|x| x.holder.as_deref())
                         .is_some_and(|w| w != worker)
             };
             self.volatile.locks.keys().filter(|(_, s)| other(s)).map(|(p, _)| *p).collect()
