@@ -258,7 +258,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
             Err(err) => Input::DeliveryFailed {
                 seq: head.seq,
                 retry_after: err.retry_after(),
-                error: err.to_string(),
+                error: super::chain(&err),
             },
         }
     }
