@@ -1,6 +1,6 @@
 //! A real process stopped (SIGSTOP) inside a SQLite write transaction holds the file's write
-//! lock until it resumes or ends, and no lease can bound that (README, "A frozen SQLite
-//! worker"). What keyorder can do is say so: a write that gives up after the busy timeout names
+//! lock until it resumes or ends, and no lease can bound that (docs/operations/sqlite.md, "A
+//! frozen SQLite worker"). What keyorder can do is say so: a write that gives up after the busy timeout names
 //! the stopped process and what to do about it, instead of SQLite's bare "database is locked":
 //! `keyorder enqueue` fails with it, and a running `keyorder work` logs it.
 
