@@ -9,6 +9,12 @@ use crate::drain::Head;
 use crate::ids::PartitionId;
 
 /// Why a delivery did not succeed. All of them are retried by the policy.
+///
+/// A variant's text describes that variant only; its cause is its [`source`], never repeated in
+/// the text, so that whatever walks the chain prints each cause once. For the one-line text
+/// that the `last_error` column keeps, walk the chain with [`crate::worker::chain`].
+///
+/// [`source`]: std::error::Error::source
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeliverError {
@@ -27,11 +33,11 @@ pub enum DeliverError {
         after: Duration,
     },
     /// The endpoint could not be reached or the connection broke.
-    #[error("connection failed: {0}")]
+    #[error("connection failed")]
     Io(#[from] std::io::Error),
     /// No connection could be made to `addr` (refused, unresolvable, connect timeout): the
     /// request was never sent.
-    #[error("cannot connect to {addr}: {source}")]
+    #[error("cannot connect to {addr}")]
     Connect {
         /// `host:port`.
         addr: String,
@@ -41,7 +47,7 @@ pub enum DeliverError {
     },
     /// The TLS handshake with `addr` failed (for example an untrusted certificate): the request
     /// was never sent.
-    #[error("TLS handshake with {addr} failed: {source}")]
+    #[error("TLS handshake with {addr} failed")]
     Tls {
         /// `host:port`.
         addr: String,
@@ -51,7 +57,7 @@ pub enum DeliverError {
     },
     /// The request was sent, or may have been, and no complete answer came back (the
     /// connection broke or the reply was malformed): the endpoint may still be processing it.
-    #[error("request to {addr} failed: {}", flat(.source.as_ref()))]
+    #[error("request to {addr} failed")]
     Exchange {
         /// `host:port`.
         addr: String,
@@ -99,21 +105,6 @@ pub enum DeliverError {
     },
 }
 
-/// An error and its causes on one line, for texts that end up in `last_error`.
-fn flat(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
-}
-
 /// `1 MiB`, `64 KiB` or `100 bytes`.
 fn size(bytes: usize) -> String {
     match bytes {
@@ -153,4 +144,25 @@ pub trait Deliver: Clone + 'static {
         head: &Head,
         attempt: u32,
     ) -> Result<(), DeliverError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::chain;
+
+    #[test]
+    fn a_connect_error_names_its_cause_once_along_its_chain() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let err = DeliverError::Connect { addr: "h:80".into(), source: refused };
+        let mut layers = vec![err.to_string()];
+        let mut source = std::error::Error::source(&err);
+        while let Some(s) = source {
+            layers.push(s.to_string());
+            source = s.source();
+        }
+        let mentions = layers.iter().filter(|l| l.contains("refused")).count();
+        assert_eq!(mentions, 1, "{layers:?}");
+        assert_eq!(chain(&err), "cannot connect to h:80: refused");
+    }
 }

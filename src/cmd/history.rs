@@ -171,7 +171,7 @@ impl<D: Deliver> Deliver for Recording<D> {
         let result = self.inner.deliver(partition, head, attempt).await;
         match &result {
             Ok(()) => pending.finish(RecordOutcome::Accepted, None),
-            Err(e) => pending.finish(RecordOutcome::Rejected, Some(e.to_string())),
+            Err(e) => pending.finish(RecordOutcome::Rejected, Some(keyorder::worker::chain(e))),
         }
         result
     }

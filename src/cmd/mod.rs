@@ -52,7 +52,7 @@ enum Command {
     /// Enqueue events from JSON lines, in batches of one round trip each.
     Enqueue(enqueue::EnqueueArgs),
     /// Deliver: lease partitions (a fair share), drain each one event at a time over HTTP.
-    Work(work::WorkArgs),
+    Work(Box<work::WorkArgs>),
     /// Per-partition depth, oldest wait, keys affected, head attempts; heaviest keys.
     Lag(lag::LagArgs),
     /// List, show and redrive dead-lettered events.
@@ -84,7 +84,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan(args) => plan::run(args),
         Command::Migrate(args) => migrate::migrate(args),
         Command::Enqueue(args) => enqueue::enqueue(args),
-        Command::Work(args) => work::work(args),
+        Command::Work(args) => work::work(*args),
         Command::Lag(args) => lag::lag(args),
         Command::Dlq(args) => dlq::dlq(args),
         Command::Bench(args) => bench::run(args),

@@ -163,11 +163,11 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let verdict = live.map(|(_, v)| v);
     print(&plan, verdict.as_ref(), args.json)?;
     if let Some(path) = &args.html {
-        let live = verdict.as_ref().map(|v| keyorder::html::plan::LiveVerdict {
+        let live = verdict.as_ref().map(|v| keyorder::html::plan_page::LiveVerdict {
             safe: v.safe,
             reasons: v.reasons.clone(),
         });
-        std::fs::write(path, keyorder::html::plan::render(&plan, live.as_ref()))
+        std::fs::write(path, keyorder::html::plan_page::render(&plan, live.as_ref()))
             .with_context(|| format!("cannot write the plan page to {}", path.display()))?;
         eprintln!("plan page written to {}", path.display());
     }

@@ -10,7 +10,7 @@ use keyorder::endpoints::EndpointRow;
 use keyorder::http::{EndpointDirectory, RoutedDeliverer};
 use keyorder::retry::RetryPolicy;
 use keyorder::store::admin::Admin;
-use keyorder::store::open::{OpenMode, SessionBounding, StoreFactory, StoreOptions};
+use keyorder::store::open::{Location, OpenMode, SessionBounding, StoreFactory, StoreOptions};
 use keyorder::worker::{self, WorkerConfig};
 use keyorder::PartitionCount;
 
@@ -36,18 +36,18 @@ pub struct WorkArgs {
     #[arg(long, default_value_t = 5)]
     max_attempts: u32,
     /// Backoff base, in ms (doubles per failure, full jitter).
-    #[arg(long, default_value_t = 200)]
-    backoff_base_ms: u64,
+    #[arg(long, default_value = "200", value_parser = parse_ms)]
+    backoff_base_ms: Duration,
     /// Backoff cap, in ms.
-    #[arg(long, default_value_t = 30_000)]
-    backoff_cap_ms: u64,
+    #[arg(long, default_value = "30000", value_parser = parse_ms)]
+    backoff_cap_ms: Duration,
     /// How long one delivery may take, in ms (after a lost lease, the next holder waits this long
     /// before its first read; after a clean hand-back it starts at once).
-    #[arg(long, default_value_t = 10_000)]
-    delivery_timeout_ms: u64,
+    #[arg(long, default_value = "10000", value_parser = parse_ms)]
+    delivery_timeout_ms: Duration,
     /// How often an empty partition is polled, in ms.
-    #[arg(long, default_value_t = 200)]
-    idle_poll_ms: u64,
+    #[arg(long, default_value = "200", value_parser = parse_ms)]
+    idle_poll_ms: Duration,
     /// Stop after this many seconds (for tests and benchmarks); runs until a signal otherwise.
     #[arg(long)]
     stop_after: Option<u64>,
@@ -59,23 +59,23 @@ pub struct WorkArgs {
     until_empty: bool,
     /// Worker loops in this process, each on its own thread and counted as its own member
     /// (named NAME-0, NAME-1, ... when more than one). Default: the number of cores.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_threads)]
     threads: Option<usize>,
     /// How long any store call may take, in ms; a lease whose call takes longer is given up
     /// (its connection dropped) and reported lost. Opening a connection may take twice it.
-    #[arg(long, default_value_t = 5_000)]
-    request_timeout_ms: u64,
+    #[arg(long, default_value = "5000", value_parser = parse_positive_ms)]
+    request_timeout_ms: Duration,
     /// PostgreSQL only: the server ends a session (and frees its leases and membership) that
     /// stays silent this long, in ms, so a frozen or cut-off worker's partitions move; a healthy
     /// worker keeps every session heard every third of it. Must exceed the delivery timeout +
     /// the request timeout, and the longest quiet period + the request timeout. Default three
     /// times the larger of the delivery and request timeouts.
-    #[arg(long)]
-    session_timeout_ms: Option<u64>,
+    #[arg(long, value_parser = parse_ms)]
+    session_timeout_ms: Option<Duration>,
     /// SQLite only: how long a partition's lease lasts unrenewed, in ms (renewed every third of
     /// it). Must exceed the delivery timeout; default three times it.
-    #[arg(long)]
-    lease_expiry_ms: Option<u64>,
+    #[arg(long, value_parser = parse_ms)]
+    lease_expiry_ms: Option<Duration>,
     /// Keys of one partition parked at once while they back off (the partition delivers other
     /// keys meanwhile); past it a failing key blocks its partition. 0 turns parking off.
     #[arg(long, default_value_t = keyorder::drain::DEFAULT_MAX_PARKED_KEYS)]
@@ -94,90 +94,113 @@ pub struct WorkArgs {
     history: Option<std::path::PathBuf>,
 }
 
-impl WorkArgs {
-    /// `--threads`, or the number of cores.
-    fn threads(&self) -> usize {
-        self.threads.unwrap_or_else(super::workers::default_threads)
+/// Milliseconds, as a [`Duration`].
+fn parse_ms(text: &str) -> Result<Duration, String> {
+    text.parse::<u64>().map(Duration::from_millis).map_err(|e| e.to_string())
+}
+
+/// Milliseconds above zero, as a [`Duration`].
+fn parse_positive_ms(text: &str) -> Result<Duration, String> {
+    match parse_ms(text)? {
+        Duration::ZERO => Err("must be greater than zero".into()),
+        d => Ok(d),
+    }
+}
+
+/// A number of worker loops: at least 1.
+fn parse_threads(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>().map_err(|e| e.to_string())? {
+        0 => Err("must be at least 1".into()),
+        n => Ok(n),
+    }
+}
+
+/// What `keyorder work` is built from: its arguments, each checked by its value parser and
+/// their combinations by [`WorkPlan::new`], before anything is opened, created or started.
+struct WorkPlan {
+    location: Location,
+    /// `--partitions`: the count the database must record (or records, when it has none).
+    expected: Option<PartitionCount>,
+    /// The worker stores, their options checked; they lease under the count read from the
+    /// database ([`StoreFactory::with_count`]).
+    stores: StoreFactory,
+    settings: LoopSettings,
+    metrics_addr: Option<String>,
+    history: Option<std::path::PathBuf>,
+    threads: usize,
+    when: super::workers::StopWhen,
+}
+
+impl WorkPlan {
+    fn new(args: WorkArgs) -> anyhow::Result<WorkPlan> {
+        // Built once here so that a mistake is reported before anything starts; each worker
+        // thread builds its own from the same options.
+        args.delivery.deliverer()?;
+        let retry = RetryPolicy::new(args.max_attempts, args.backoff_base_ms, args.backoff_cap_ms)
+            .map_err(|e| BadInput(e.to_string()))?;
+        let location = args.db.location()?;
+        if args.session_timeout_ms.is_some() && location.file().is_some() {
+            return Err(BadInput(
+                "--session-timeout-ms is for PostgreSQL; a SQLite lease is bounded by --lease-expiry-ms"
+                    .into(),
+            )
+            .into());
+        }
+        let options = StoreOptions {
+            delivery_timeout: args.delivery_timeout_ms,
+            lease_expiry: args.lease_expiry_ms,
+            session_timeout: args.session_timeout_ms,
+            request_timeout: args.request_timeout_ms,
+            read_ahead: None,
+        };
+        let count = args.partitions.map_or_else(|| PartitionCount::new(1), Ok)?;
+        let stores = location.stores(count, options).map_err(open_error)?;
+        let settings = LoopSettings {
+            name: args.name,
+            retry,
+            delivery_timeout: args.delivery_timeout_ms,
+            idle_poll: args.idle_poll_ms,
+            delivery: args.delivery,
+            takeover_delay: stores.takeover_delay(),
+            request_timeout: args.request_timeout_ms,
+            session_bound: stores.session_bound(),
+            max_parked_keys: args.max_parked_keys,
+            strict_partition_order: args.strict_partition_order,
+            metrics: None,
+            history: None,
+        };
+        // The rule the simulation proves under.
+        if let Some((session_timeout, margin)) = settings.session_bound {
+            settings
+                .config()
+                .liveness(session_timeout, margin)
+                .validate()
+                .map_err(|e| BadInput(format!("--session-timeout-ms: {e}")))?;
+        }
+        let until_empty = args.until_empty.then(|| location.clone());
+        Ok(WorkPlan {
+            location,
+            expected: args.partitions,
+            stores,
+            settings,
+            metrics_addr: args.metrics_addr,
+            history: args.history,
+            threads: args.threads.unwrap_or_else(super::workers::default_threads),
+            when: super::workers::StopWhen { after: args.stop_after, until_empty },
+        })
     }
 }
 
 pub fn work(args: WorkArgs) -> anyhow::Result<()> {
-    // Built once here so that a mistake is reported before anything starts; each worker
-    // thread builds its own from the same options.
-    args.delivery.deliverer()?;
-    let delivery = args.delivery.clone();
-    let retry = RetryPolicy::new(
-        args.max_attempts,
-        Duration::from_millis(args.backoff_base_ms),
-        Duration::from_millis(args.backoff_cap_ms),
-    )
-    .map_err(|e| BadInput(e.to_string()))?;
-    if args.threads == Some(0) {
-        return Err(BadInput("--threads must be at least 1".into()).into());
+    let WorkPlan { location, expected, stores, mut settings, metrics_addr, history, threads, when } =
+        WorkPlan::new(args)?;
+    if let Some(addr) = &metrics_addr {
+        settings.metrics = Some(super::metrics::start(addr, location.clone())?);
     }
-    let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
-    let settings = LoopSettings {
-        name: args.name.clone(),
-        retry,
-        delivery_timeout,
-        idle_poll: Duration::from_millis(args.idle_poll_ms),
-        delivery,
-        takeover_delay: None,
-        request_timeout: Duration::from_millis(args.request_timeout_ms),
-        session_bound: None,
-        max_parked_keys: args.max_parked_keys,
-        strict_partition_order: args.strict_partition_order,
-        metrics: None,
-        history: None,
-    };
-    if args.request_timeout_ms == 0 {
-        return Err(BadInput("--request-timeout-ms must be greater than zero".into()).into());
-    }
-    let location = args.db.location()?;
-    if args.session_timeout_ms.is_some() && location.file().is_some() {
-        return Err(BadInput(
-            "--session-timeout-ms is for PostgreSQL; a SQLite lease is bounded by --lease-expiry-ms"
-                .into(),
-        )
-        .into());
-    }
-    let options = StoreOptions {
-        delivery_timeout,
-        lease_expiry: args.lease_expiry_ms.map(Duration::from_millis),
-        session_timeout: args.session_timeout_ms.map(Duration::from_millis),
-        request_timeout: settings.request_timeout,
-        read_ahead: None,
-    };
-    // The options are checked before anything is created; the count is the database's, read
-    // below (the factory is built again with it).
-    let stores = location
-        .stores(args.partitions.map_or_else(|| PartitionCount::new(1), Ok)?, options)
-        .map_err(open_error)?;
-    let metrics = match &args.metrics_addr {
-        Some(addr) => Some(super::metrics::start(addr, location.clone())?),
-        None => None,
-    };
-    let history = match &args.history {
-        Some(path) => Some(
-            super::history::HistoryLog::create(path)
-                .map_err(|e| BadInput(format!("--history: {e:#}")))?,
-        ),
-        None => None,
-    };
-    let settings = LoopSettings {
-        metrics,
-        history,
-        takeover_delay: stores.takeover_delay(),
-        session_bound: stores.session_bound(),
-        ..settings
-    };
-    // The rule the simulation proves under, checked before anything starts.
-    if let Some((session_timeout, margin)) = settings.session_bound {
-        settings
-            .config()
-            .liveness(session_timeout, margin)
-            .validate()
-            .map_err(|e| BadInput(format!("--session-timeout-ms: {e}")))?;
+    if let Some(path) = &history {
+        let log = super::history::HistoryLog::create(path)
+            .map_err(|e| BadInput(format!("--history: {e:#}")))?;
+        settings.history = Some(log);
     }
     // Before anything is locked or written: a pooler in transaction mode would hand a lease's
     // server connection (and its advisory lock) to other clients between transactions.
@@ -187,13 +210,13 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
     // starts, then every AUDIT_PERIOD.
     let partitions = block_on(async {
         let mut admin = location.open_admin(OpenMode::Create).await.map_err(open_error)?;
-        let resolved = super::layout::resolve(&mut admin, args.partitions).await?;
+        let resolved = super::layout::resolve(&mut admin, expected).await?;
         if let super::layout::Resolved::RecordedNow(l) = resolved {
             eprintln!("keyorder work: recorded {} partitions in the database (every command uses it now; `keyorder switch` changes it)", l.partitions);
         }
         anyhow::Ok(resolved.layout().partitions)
     })??;
-    let mut stores = location.stores(partitions, options).map_err(open_error)?;
+    let mut stores = stores.with_count(partitions);
     block_on(async {
         match location.open_admin(OpenMode::Existing).await {
             Ok(admin) => report_audit(&admin, settings.metrics.as_ref()).await,
@@ -208,16 +231,20 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         SessionBounding::Partial(what) => eprintln!("keyorder work: WARNING: {what}"),
         _ => {}
     }
-    let location_for_load = location.clone();
     let load = move || {
-        let location = &location_for_load;
         block_on(async {
             let admin = location.open_admin(OpenMode::Existing).await.map_err(open_error)?;
             anyhow::Ok(admin.endpoints().await?)
         })?
     };
-    let until_empty = args.until_empty.then(|| location.clone());
-    run_threads(stores, load, settings, &args, partitions, until_empty)
+    run_threads(stores, load, settings, Threads { count: threads, partitions, when })
+}
+
+/// How `keyorder work` runs its loops: how many, under which count, until when.
+struct Threads {
+    count: usize,
+    partitions: PartitionCount,
+    when: super::workers::StopWhen,
 }
 
 /// What every worker loop of `keyorder work` is configured from (all of it `Send`).
@@ -312,9 +339,7 @@ fn run_threads(
     stores: StoreFactory,
     load_endpoints: impl Fn() -> anyhow::Result<Vec<EndpointRow>> + Send + 'static,
     settings: LoopSettings,
-    args: &WorkArgs,
-    partitions: PartitionCount,
-    until_empty: Option<keyorder::store::open::Location>,
+    threads: Threads,
 ) -> anyhow::Result<()> {
     // Per-key endpoints: read now, then every ENDPOINT_RELOAD; a failed reload keeps the table.
     let directory = EndpointDirectory::default();
@@ -338,14 +363,10 @@ fn run_threads(
     }
     eprintln!(
         "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
-        args.name,
-        partitions,
-        args.delivery.deliver,
-        args.threads()
+        settings.name, threads.partitions, settings.delivery.deliver, threads.count
     );
-    let threads = args.threads();
+    let Threads { count: threads, when, .. } = threads;
     let history = settings.history.clone();
-    let when = super::workers::StopWhen { after: args.stop_after, until_empty };
     let report = super::workers::run(threads, when, move |index| {
         let mut config = settings.config();
         let name = super::workers::loop_name(&settings.name, index, threads);

@@ -251,6 +251,32 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// The partition the action is for.
+    pub fn partition(&self) -> PartitionId {
+        match self {
+            Action::FetchHead { partition, .. }
+            | Action::Deliver { partition, .. }
+            | Action::Acknowledge { partition, .. }
+            | Action::ScheduleRetry { partition, .. }
+            | Action::DeadLetter { partition, .. }
+            | Action::Release { partition, .. } => *partition,
+        }
+    }
+
+    /// The epoch of the lease the action was decided under.
+    pub fn epoch(&self) -> Epoch {
+        match self {
+            Action::FetchHead { epoch, .. }
+            | Action::Deliver { epoch, .. }
+            | Action::Acknowledge { epoch, .. }
+            | Action::ScheduleRetry { epoch, .. }
+            | Action::DeadLetter { epoch, .. }
+            | Action::Release { epoch, .. } => *epoch,
+        }
+    }
+}
+
 /// Inputs that do not fit the machine's state. Returned, never panicked on: a driver bug or a
 /// late message is something to log, not to crash on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

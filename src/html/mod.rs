@@ -1,8 +1,8 @@
 //! Self-contained HTML pages of what keyorder judged and planned: the delivery timeline of a
-//! history ([`timeline`]) and the charts of a repartition plan ([`plan`]). Pure string
+//! history ([`timeline`]) and the charts of a repartition plan ([`plan_page`]). Pure string
 //! building; every page carries its own CSS and script and fetches nothing.
 
-pub mod plan;
+pub mod plan_page;
 pub mod timeline;
 
 /// Text made safe for HTML element content and attribute values (`&`, `<`, `>`, `"`, `'`);

@@ -25,39 +25,84 @@ const WIDTH: f64 = 1400.0;
 /// The page for `history` judged by `verdict`, titled `title`. Deliveries named by a
 /// counterexample carry `data-cx="KIND"`; the findings table links each kind to them.
 pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
-    let end = history_end(history);
-    let scale = WIDTH / (end.0.as_secs_f64() * 1000.0).max(1.0);
-    let x = |t: Time| LABEL + t.0.as_secs_f64() * 1000.0 * scale;
-    let partitions: BTreeSet<PartitionId> = history
-        .enqueued
-        .iter()
-        .map(|e| e.partition)
-        .chain(history.deliveries.iter().map(|d| d.partition))
-        .chain(history.leases.iter().map(|l| l.partition))
-        .collect();
-    let workers: BTreeSet<&str> = history
-        .deliveries
-        .iter()
-        .map(|d| d.worker.as_str())
-        .chain(history.leases.iter().map(|l| l.worker.as_str()))
-        .collect();
-    let worker_index: BTreeMap<&str, usize> =
-        workers.iter().enumerate().map(|(i, w)| (*w, i)).collect();
-    // Each partition has a delivery lane and a lease lane under it; then one lane per worker.
-    let partition_row: BTreeMap<PartitionId, usize> =
-        partitions.iter().enumerate().map(|(i, p)| (*p, i)).collect();
-    let worker_top = partitions.len() as f64 * 2.0 * LANE + 2.0 * LANE;
-    let height = worker_top + workers.len() as f64 * LANE + LANE;
-    let cx = counterexample_marks(verdict);
-
+    let lanes = Lanes::of(history);
     let mut svg = String::new();
     let _ = write!(
         svg,
         r#"<svg id="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {height}" width="100%" preserveAspectRatio="xMinYMin meet">"#,
-        w = LABEL + WIDTH + 10.0
+        w = LABEL + WIDTH + 10.0,
+        height = lanes.height()
     );
-    // Lane labels and guides.
-    for (p, row) in &partition_row {
+    lane_labels(&mut svg, &lanes);
+    time_axis(&mut svg, &lanes);
+    lease_bars(&mut svg, &lanes, history);
+    delivery_bars(&mut svg, &lanes, history, &counterexample_marks(verdict));
+    dead_letter_marks(&mut svg, &lanes, history);
+    svg.push_str("</svg>");
+
+    let mut page = String::new();
+    header(&mut page, title, verdict);
+    findings_table(&mut page, verdict);
+    page.push_str(CONTROLS);
+    page.push_str(&svg);
+    let _ = write!(page, "</div>\n<script>{SCRIPT}</script>\n</body></html>\n");
+    page
+}
+
+/// Where things go on the time lanes: each partition has a delivery lane and a lease lane under
+/// it, then the time axis, then one lane per worker.
+struct Lanes<'h> {
+    end: Time,
+    /// SVG units per millisecond.
+    scale: f64,
+    partition_row: BTreeMap<PartitionId, usize>,
+    worker_index: BTreeMap<&'h str, usize>,
+    worker_top: f64,
+}
+
+impl<'h> Lanes<'h> {
+    fn of(history: &'h History) -> Self {
+        let end = history_end(history);
+        let partitions: BTreeSet<PartitionId> = history
+            .enqueued
+            .iter()
+            .map(|e| e.partition)
+            .chain(history.deliveries.iter().map(|d| d.partition))
+            .chain(history.leases.iter().map(|l| l.partition))
+            .collect();
+        let workers: BTreeSet<&str> = history
+            .deliveries
+            .iter()
+            .map(|d| d.worker.as_str())
+            .chain(history.leases.iter().map(|l| l.worker.as_str()))
+            .collect();
+        Lanes {
+            end,
+            scale: WIDTH / (end.0.as_secs_f64() * 1000.0).max(1.0),
+            worker_top: partitions.len() as f64 * 2.0 * LANE + 2.0 * LANE,
+            partition_row: partitions.iter().enumerate().map(|(i, p)| (*p, i)).collect(),
+            worker_index: workers.iter().enumerate().map(|(i, w)| (*w, i)).collect(),
+        }
+    }
+
+    /// The x of time `t`.
+    fn x(&self, t: Time) -> f64 {
+        LABEL + t.0.as_secs_f64() * 1000.0 * self.scale
+    }
+
+    fn height(&self) -> f64 {
+        self.worker_top + self.worker_index.len() as f64 * LANE + LANE
+    }
+
+    /// The y of the lease lane under `partition`.
+    fn lease_y(&self, partition: PartitionId) -> f64 {
+        self.partition_row[&partition] as f64 * 2.0 * LANE + LANE + 3.0
+    }
+}
+
+/// Lane labels and guides.
+fn lane_labels(svg: &mut String, lanes: &Lanes<'_>) {
+    for (p, row) in &lanes.partition_row {
         let y = *row as f64 * 2.0 * LANE;
         let _ = write!(
             svg,
@@ -67,8 +112,8 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
             gy = y + 2.0 * LANE
         );
     }
-    for (w, i) in &worker_index {
-        let y = worker_top + *i as f64 * LANE;
+    for (w, i) in &lanes.worker_index {
+        let y = lanes.worker_top + *i as f64 * LANE;
         let _ = write!(
             svg,
             r#"<text class="label" x="2" y="{}">{}</text>"#,
@@ -76,29 +121,35 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
             escape(w)
         );
     }
-    // Time axis: ten ticks.
-    let axis_y = partitions.len() as f64 * 2.0 * LANE + LANE;
+}
+
+/// The time axis: ten ticks.
+fn time_axis(svg: &mut String, lanes: &Lanes<'_>) {
+    let axis_y = lanes.partition_row.len() as f64 * 2.0 * LANE + LANE;
     for i in 0..=10 {
-        let ms = end.0.as_secs_f64() * 1000.0 * f64::from(i) / 10.0;
-        let tx = LABEL + ms * scale;
+        let ms = lanes.end.0.as_secs_f64() * 1000.0 * f64::from(i) / 10.0;
+        let tx = LABEL + ms * lanes.scale;
         let _ = write!(
             svg,
             r#"<line class="tick" x1="{tx}" x2="{tx}" y1="0" y2="{axis_y}"/><text class="axis" x="{tx}" y="{ty}">{ms:.0} ms</text>"#,
             ty = axis_y + LANE * 0.7
         );
     }
-    // Lease ownership under each partition: acquired until released or lost.
+}
+
+/// Lease ownership under each partition: acquired until released or lost.
+fn lease_bars(svg: &mut String, lanes: &Lanes<'_>, history: &History) {
     let mut open: BTreeMap<PartitionId, (Time, &str, u64)> = BTreeMap::new();
     for l in &history.leases {
-        let row = partition_row[&l.partition] as f64;
-        let y = row * 2.0 * LANE + LANE + 3.0;
+        let y = lanes.lease_y(l.partition);
         match l.change {
             LeaseEvent::Acquired => {
                 open.insert(l.partition, (l.at, l.worker.as_str(), l.epoch.0));
             }
             LeaseEvent::Released | LeaseEvent::Lost => {
                 if let Some((from, worker, epoch)) = open.remove(&l.partition) {
-                    lease_bar(&mut svg, x(from), x(l.at), y, worker, epoch, worker_index[worker]);
+                    let colour = lanes.worker_index[worker];
+                    lease_bar(svg, lanes.x(from), lanes.x(l.at), y, worker, epoch, colour);
                 }
                 if l.change == LeaseEvent::Lost {
                     let _ = write!(
@@ -111,7 +162,7 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
                             l.worker,
                             l.at.0.as_millis()
                         )),
-                        mx = x(l.at),
+                        mx = lanes.x(l.at),
                         y0 = y + 1.0
                     );
                 }
@@ -119,12 +170,18 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
         }
     }
     for (p, (from, worker, epoch)) in &open {
-        let y = partition_row[p] as f64 * 2.0 * LANE + LANE + 3.0;
-        lease_bar(&mut svg, x(*from), x(end), y, worker, *epoch, worker_index[worker]);
+        let (x0, x1) = (lanes.x(*from), lanes.x(lanes.end));
+        lease_bar(svg, x0, x1, lanes.lease_y(*p), worker, *epoch, lanes.worker_index[worker]);
     }
-    // Deliveries, on their partition's lane and their worker's.
+}
+
+/// The counterexample marks of each kind: its partitions and event ids.
+type Marks<'v> = BTreeMap<&'static str, (Vec<PartitionId>, BTreeSet<&'v str>)>;
+
+/// Deliveries, on their partition's lane and their worker's.
+fn delivery_bars(svg: &mut String, lanes: &Lanes<'_>, history: &History, cx: &Marks<'_>) {
     for (i, d) in history.deliveries.iter().enumerate() {
-        let (x0, x1) = (x(d.sent_at), x(d.end()).max(x(d.sent_at) + 1.0));
+        let (x0, x1) = (lanes.x(d.sent_at), lanes.x(d.end()).max(lanes.x(d.sent_at) + 1.0));
         let class = match d.outcome {
             Outcome::Accepted => "ok",
             Outcome::Rejected(_) => "failed",
@@ -162,8 +219,8 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
             }
         );
         let cx_class = if marks.is_empty() { "" } else { " cx" };
-        let py = partition_row[&d.partition] as f64 * 2.0 * LANE + 2.0;
-        let wy = worker_top + worker_index[d.worker.as_str()] as f64 * LANE + 2.0;
+        let py = lanes.partition_row[&d.partition] as f64 * 2.0 * LANE + 2.0;
+        let wy = lanes.worker_top + lanes.worker_index[d.worker.as_str()] as f64 * LANE + 2.0;
         for y in [py, wy] {
             let _ = write!(
                 svg,
@@ -173,16 +230,19 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
             );
         }
     }
-    // Dead letters: a mark at the move, on the row's partition.
+}
+
+/// Dead letters: a mark at the move, on the row's partition.
+fn dead_letter_marks(svg: &mut String, lanes: &Lanes<'_>, history: &History) {
     let partition_of: BTreeMap<Seq, PartitionId> =
         history.enqueued.iter().map(|e| (e.seq, e.partition)).collect();
     for dl in &history.dead_letters {
-        if let Some(row) = partition_of.get(&dl.seq).and_then(|p| partition_row.get(p)) {
+        if let Some(row) = partition_of.get(&dl.seq).and_then(|p| lanes.partition_row.get(p)) {
             let y = *row as f64 * 2.0 * LANE + LANE / 2.0;
             let _ = write!(
                 svg,
                 r#"<text class="dlq" x="{}" y="{}">✕<title>{}</title></text>"#,
-                x(dl.at),
+                lanes.x(dl.at),
                 y + 4.0,
                 escape(&format!(
                     "seq {} dead-lettered at {} ms: {}",
@@ -193,9 +253,10 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
             );
         }
     }
-    svg.push_str("</svg>");
+}
 
-    let mut page = String::new();
+/// The document's head, the title and the summary line.
+fn header(page: &mut String, title: &str, verdict: &Verdict) {
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n",
@@ -209,6 +270,10 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
         verdict.dead_lettered,
         verdict.violations()
     );
+}
+
+/// The findings table: each kind's count and its first counterexample, linked to its bars.
+fn findings_table(page: &mut String, verdict: &Verdict) {
     page.push_str("<table id=\"findings\"><tr><th>finding</th><th>count</th><th>first counterexample</th></tr>\n");
     for f in &verdict.findings {
         let class = if f.kind.is_violation() && f.count > 0 { "violation" } else { "" };
@@ -228,11 +293,11 @@ pub fn render(title: &str, history: &History, verdict: &Verdict) -> String {
             f.count
         );
     }
-    page.push_str("</table>\n<div id=\"controls\">key <input id=\"key\" placeholder=\"filter one key\"> <button id=\"zin\">zoom in</button> <button id=\"zout\">zoom out</button> <button id=\"reset\">reset</button> <span class=\"hint\">drag to pan, wheel to zoom, hover a bar for its event</span><br><span class=\"legend\"><b class=\"ok\">&#9632;</b> accepted <b class=\"failed\">&#9632;</b> failed attempt <b class=\"cx\">&#9632;</b> counterexample; the thin bar under a partition is its lease holder (colour per worker), <b class=\"fault\">&#9660;</b> a lost lease, &#10005; a dead letter</span></div>\n<div id=\"view\">");
-    page.push_str(&svg);
-    let _ = write!(page, "</div>\n<script>{SCRIPT}</script>\n</body></html>\n");
-    page
+    page.push_str("</table>\n");
 }
+
+/// The controls and the legend, then the opening of the view the lanes are drawn in.
+const CONTROLS: &str = "<div id=\"controls\">key <input id=\"key\" placeholder=\"filter one key\"> <button id=\"zin\">zoom in</button> <button id=\"zout\">zoom out</button> <button id=\"reset\">reset</button> <span class=\"hint\">drag to pan, wheel to zoom, hover a bar for its event</span><br><span class=\"legend\"><b class=\"ok\">&#9632;</b> accepted <b class=\"failed\">&#9632;</b> failed attempt <b class=\"cx\">&#9632;</b> counterexample; the thin bar under a partition is its lease holder (colour per worker), <b class=\"fault\">&#9660;</b> a lost lease, &#10005; a dead letter</span></div>\n<div id=\"view\">";
 
 /// For each kind with a counterexample: its partitions and event ids.
 fn counterexample_marks(

@@ -171,6 +171,16 @@ enum Factory {
 }
 
 impl StoreFactory {
+    /// The same factory, its stores leasing under `count` partitions: for a caller that checks
+    /// the options before it can read the count from the database.
+    pub fn with_count(mut self, count: PartitionCount) -> Self {
+        match &mut self.0 {
+            Factory::Sqlite { count: c, .. } => *c = count,
+            Factory::Postgres { store, .. } => store.set_count(count),
+        }
+        self
+    }
+
     /// A store for one worker loop (a SQLite store gets its own connection thread).
     pub fn make(&self) -> Result<AnyStore, StoreError> {
         Ok(match &self.0 {

@@ -24,9 +24,9 @@
 //!   parking a key drops the read-ahead. While a key is parked, acknowledgements of other keys
 //!   move the cursor past its rows, so unparking it sends the cursor back to the start: reads
 //!   go from the beginning until acknowledgements, now in seq order again, move it on. (Keeping
-//!   the cursor and making only the next read a full one, as before 2026-12-06, let a read
-//!   after the cursor pass the unparked key's rows once another key was parked: the
-//!   simulation's `cursor-past-parked` design.)
+//!   the cursor and making only the next read a full one would let a read after the cursor
+//!   pass the unparked key's rows once another key was parked: the simulation's
+//!   `cursor-past-parked` design checks this.)
 //! * **Late commits.** A row takes its seq at the insert and may commit after rows with higher
 //!   seqs were delivered and acknowledged (a long producer transaction): a read after the last
 //!   acknowledged seq would pass it, and its key's next row could go first. So each read
@@ -38,15 +38,14 @@
 //!   transaction that inserted it, `producer_xid`, indexed per partition). Only then are the
 //!   read's rows dropped, the cursor moved back to where that transaction's rows can lie and
 //!   the rows read again from there. A transaction that inserts nothing (an acknowledgement's
-//!   delete, an idle session holding an id) costs no read. (Trusting the cursor, as before
-//!   2026-12-06 evening, let a row committed behind it wait for the next full read while its
-//!   key's later rows went first: the simulation's `cursor-past-late-commit` design.)
+//!   delete, an idle session holding an id) costs no read. (Trusting the cursor alone
+//!   would let a row committed behind it wait for the next full read while its key's later
+//!   rows went first: the simulation's `cursor-past-late-commit` design checks this.)
 //! * **Rows that wait** (a recorded retry time, or the online repartition's barrier) end a
 //!   batch, and as the head are read again at the next look: a wait is only as fresh as the read
-//!   that returned it. (Serving a waiting head again from the read-ahead, as before 2026-12-06,
-//!   handed out the same wait every time: with `--strict-partition-order` a partition waited for
-//!   its head over and over until a full read, found when the simulation first ran these
-//!   rules.)
+//!   that returned it. (Serving a waiting head again from the read-ahead would hand out the same
+//!   wait every time: with `--strict-partition-order` a partition would wait for its head over
+//!   and over until a full read.)
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;

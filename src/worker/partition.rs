@@ -174,12 +174,29 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
         release: &mut oneshot::Receiver<()>,
     ) -> Result<Turn, Stop> {
         while let Some(action) = drain.poll_action() {
+            // Paired with the drain's: every action carries the lease it was decided under, and
+            // the store carries it out under that lease only.
+            debug_assert_eq!(
+                action.partition(),
+                lease.partition(),
+                "an action for another partition"
+            );
+            debug_assert_eq!(
+                action.epoch(),
+                lease.epoch(),
+                "an action decided under another lease"
+            );
             match action {
                 Action::FetchHead { skip, .. } => {
                     // The takeover wait is over: no earlier holder's delivery is still out.
                     self.inherited = false;
                     let head = lease.fetch_head(&skip).await?;
                     let now = self.clock.now();
+                    debug_assert_eq!(
+                        drain.epoch(),
+                        Some(lease.epoch()),
+                        "a head read under another lease"
+                    );
                     self.feed(drain, Input::HeadFetched(head.map(|h| to_head(h, now))))
                         .map_err(Stop::Refused)?;
                 }
@@ -187,12 +204,27 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                     // An expiry lease must outlast the delivery; no await comes between this
                     // check and the delivery's own timeout.
                     lease.ensure_lasts(self.delivery_timeout).await?;
+                    // Paired with the drain's "two deliveries in flight": this is the one.
+                    debug_assert_eq!(
+                        drain.in_flight(),
+                        Some((head.seq, attempt)),
+                        "a delivery the drain does not hold in flight"
+                    );
                     let input = self.deliver_alive(partition, &head, attempt, lease).await?;
+                    debug_assert_eq!(
+                        drain.epoch(),
+                        Some(lease.epoch()),
+                        "a result for another lease"
+                    );
                     #[cfg(test)]
                     if self.repeat_results {
                         self.feed(drain, input.clone()).map_err(Stop::Refused)?;
                     }
                     self.feed(drain, input).map_err(Stop::Refused)?;
+                    debug_assert!(
+                        drain.in_flight().is_none_or(|(seq, _)| seq != head.seq),
+                        "a delivery still outstanding after its result was applied"
+                    );
                 }
                 Action::Acknowledge { seq, .. } => lease.ack(seq).await?,
                 Action::ScheduleRetry { seq, attempts, not_before, error, .. } => {
@@ -258,7 +290,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
             Err(err) => Input::DeliveryFailed {
                 seq: head.seq,
                 retry_after: err.retry_after(),
-                error: err.to_string(),
+                error: super::chain(&err),
             },
         }
     }

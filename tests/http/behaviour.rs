@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use keyorder::deliver::{Deliver, DeliverError};
 use keyorder::http::HttpOptions;
+use keyorder::worker::chain;
 use keyorder::PartitionId;
 
 use super::server::{deliver, deliverer, head, hyper_server, raw, Canned};
@@ -187,7 +188,7 @@ async fn an_unreachable_host_names_host_and_port() {
     let mut d = deliverer(&url(addr), HttpOptions::default());
     let err = deliver(&mut d, 1).await.unwrap_err();
     assert!(matches!(err, DeliverError::Connect { .. }), "{err:?}");
-    let text = err.to_string();
+    let text = chain(&err);
     assert!(text.starts_with(&format!("cannot connect to {addr}: ")), "{text}");
     assert!(text.to_lowercase().contains("refused"), "{text}");
     assert!(!err.may_be_processing(), "nothing was sent");

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use hyper_util::rt::TokioIo;
 use keyorder::deliver::DeliverError;
 use keyorder::http::{HttpOptions, TlsConfig, TlsError};
+use keyorder::worker::chain;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
@@ -81,7 +82,7 @@ async fn https_with_a_certificate_from_another_ca_fails_clearly() {
         let mut d = deliverer(&url, HttpOptions { tls, ..HttpOptions::default() });
         let err = deliver(&mut d, 1).await.unwrap_err();
         assert!(matches!(err, DeliverError::Tls { .. }), "{err:?}");
-        let text = err.to_string();
+        let text = chain(&err);
         let expected = format!(
             "TLS handshake with localhost:{} failed: invalid peer certificate: UnknownIssuer",
             addr.port()
@@ -100,7 +101,7 @@ async fn https_to_an_address_the_certificate_lacks_fails_clearly() {
     let options = HttpOptions { tls: Some(tls), ..HttpOptions::default() };
     let mut d = deliverer(&format!("https://127.0.0.2:{}/", addr.port()), options);
     let err = deliver(&mut d, 1).await.unwrap_err();
-    let text = err.to_string();
+    let text = chain(&err);
     let prefix =
         format!("TLS handshake with 127.0.0.2:{} failed: invalid peer certificate: ", addr.port());
     assert!(text.starts_with(&prefix), "{text}");

@@ -259,9 +259,8 @@ fn failed_lease_tries_reuse_one_connection() {
 
 /// While a key is parked, other keys' acknowledgements move the lease's cursor past its rows.
 /// After the unpark its rows must still go in order when another key is parked next: the read
-/// after that must not start after the cursor, past the unparked key's older rows. (Before
-/// 2026-12-06 it did: found by the simulation once it ran this store's rules, and kept in its
-/// catalogue as `cursor-past-parked`.)
+/// after that must not start after the cursor, past the unparked key's older rows. (The
+/// simulation's catalogue checks the same as `cursor-past-parked`.)
 #[test]
 fn an_unparked_keys_rows_behind_the_cursor_go_before_its_later_ones() {
     let Some(pg) = PgServer::start("an_unparked_keys_rows_behind_the_cursor") else { return };
@@ -307,9 +306,9 @@ fn an_unparked_keys_rows_behind_the_cursor_go_before_its_later_ones() {
 
 /// A row whose transaction stays open while later rows are delivered and acknowledged lies
 /// behind the cursor when it commits. It must still go before its key's next row: the head read
-/// that finds its transaction's row behind the cursor reads again from below it. (Before 2026-12-06 evening the read after
-/// the cursor served the key's next row first, and only the next full read found the old one:
-/// the simulation's `cursor-past-late-commit`.)
+/// that finds its transaction's row behind the cursor reads again from below it, rather than
+/// serve the key's next row first and leave the old one to the next full read. (The
+/// simulation's catalogue checks the same as `cursor-past-late-commit`.)
 #[test]
 fn a_row_committed_behind_the_cursor_goes_before_its_keys_next_row() {
     let Some(pg) = PgServer::start("a_row_committed_behind_the_cursor") else { return };

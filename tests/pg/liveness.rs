@@ -19,7 +19,7 @@
 //!
 //! `KEYORDER_LIVENESS_DEFAULTS=1` runs the frozen-worker and the blackholed-worker tests with
 //! the production defaults (delivery timeout 10 s, session timeout 30 s) and prints the resume
-//! times: the README's figures.
+//! times: the figures of docs/measurements/session-liveness.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};

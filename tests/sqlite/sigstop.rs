@@ -38,8 +38,7 @@ pub(super) fn work_with(db: &str, endpoint: &str, name: &str, env: &[(&str, &str
 /// landed inside one and were undone (SIGCONT) before trying again. A process frozen inside a
 /// write transaction keeps the file's write lock, which only its commit or its end releases, so
 /// every writer on the file (other workers, producers) waits until it resumes: SQLite's limit,
-/// not the lease's (see the README, "A frozen SQLite worker"). The one failure of this test
-/// seen (2026-12-06) looked like such a stop; its cause was not established.
+/// not the lease's (see docs/operations/sqlite.md, "A frozen SQLite worker").
 pub(super) fn stop_outside_a_write(child: &Child, file: &Path) -> usize {
     let probe = Connection::open(file).unwrap();
     probe.busy_timeout(Duration::from_millis(300)).unwrap();

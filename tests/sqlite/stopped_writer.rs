@@ -1,8 +1,11 @@
 //! A real process stopped (SIGSTOP) inside a SQLite write transaction holds the file's write
-//! lock until it resumes or ends, and no lease can bound that (README, "A frozen SQLite
-//! worker"). What keyorder can do is say so: a write that gives up after the busy timeout names
-//! the stopped process and what to do about it, instead of SQLite's bare "database is locked":
-//! `keyorder enqueue` fails with it, and a running `keyorder work` logs it.
+//! lock until it resumes or ends, and no lease can bound that (docs/operations/sqlite.md, "A
+//! frozen SQLite worker"). What keyorder can do is say so: a write that gives up after the busy
+//! timeout names the stopped process and what to do about it, instead of SQLite's bare
+//! "database is locked": `keyorder enqueue` fails with it, and a running `keyorder work` logs it.
+//!
+//! Every wait here waits for what it checks, with a deadline of [`DEADLINE`]: a loaded machine
+//! makes the test slower, not wrong.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -12,6 +15,9 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::cli::{events_file, keyorder, TempDir};
+
+/// How long any one wait of this test may take: far above what it takes on a loaded machine.
+const DEADLINE: Duration = Duration::from_secs(90);
 
 /// The environment variable that turns [`hold_the_write_lock`] from a no-op into the helper.
 const HOLD: &str = "KEYORDER_TEST_HOLD_WRITE_LOCK";
@@ -27,10 +33,9 @@ fn lock_holder(db: &std::path::Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("the helper starts");
-    let stdout = child.stdout.take().expect("piped");
-    let holding =
-        BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.ends_with("holding"));
-    assert!(holding, "the helper never took the write lock");
+    let stdout = lines(child.stdout.take().expect("piped"));
+    let holding = wait_for(&stdout, |l| l.ends_with("holding"));
+    assert!(holding.is_some(), "the helper never took the write lock");
     child
 }
 
@@ -95,9 +100,12 @@ fn a_write_behind_a_stopped_writer_names_it_and_what_to_do() {
 }
 
 /// `keyorder work` on the folder's database (delivering to a closed port), and its log lines.
+/// Its events fail for as long as the test lasts, each retried within half a second, so the
+/// worker always has a write coming: one is what meets the stopped writer's lock.
 fn work(dir: &std::path::Path) -> (Child, Receiver<String>) {
     let mut work = Command::new(env!("CARGO_BIN_EXE_keyorder"))
         .args(["work", "--deliver", "http://127.0.0.1:9/", "--name", "w"])
+        .args(["--max-attempts", "100000", "--backoff-cap-ms", "500"])
         .current_dir(dir)
         .env_remove("DATABASE_URL")
         .stdout(Stdio::null())
@@ -105,21 +113,27 @@ fn work(dir: &std::path::Path) -> (Child, Receiver<String>) {
         .spawn()
         .expect("keyorder work starts");
     let stderr = work.stderr.take().expect("piped");
+    (work, lines(stderr))
+}
+
+/// The lines `output` gives, read on a thread of their own so that they can be waited for with
+/// a deadline.
+fn lines(output: impl std::io::Read + Send + 'static) -> Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
             if tx.send(line).is_err() {
                 return;
             }
         }
     });
-    (work, rx)
+    rx
 }
 
-/// The first line of `log` that `wanted` accepts, within 30 s.
+/// The first line of `log` that `wanted` accepts, within [`DEADLINE`].
 #[allow(clippy::disallowed_methods)] // a real-time wait on a real process
 fn wait_for(log: &Receiver<String>, wanted: impl Fn(&str) -> bool) -> Option<String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + DEADLINE;
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         match log.recv_timeout(left) {
             Ok(line) if wanted(&line) => return Some(line),
@@ -139,5 +153,6 @@ fn hold_the_write_lock() {
     let conn = Connection::open(db).expect("the database opens");
     conn.execute_batch("BEGIN IMMEDIATE").expect("the write lock");
     println!("holding");
-    std::thread::sleep(Duration::from_secs(120));
+    // Until the test kills it: past any deadline of the test.
+    std::thread::sleep(DEADLINE * 10);
 }

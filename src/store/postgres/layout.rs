@@ -11,7 +11,7 @@ use crate::store::admin::{no_layout, recorded_count, PinChange};
 use crate::store::lock_wait::{LockWait, LockWaitReport};
 use crate::store::StoreError;
 
-use super::lock_wait::retrying;
+use super::lock_wait::{retrying, LAYOUT_LOCK};
 
 /// What a producing transaction needs before it inserts, read in one statement: the layout in
 /// force, the router of it with the pins in force, the transaction's id and the queue's seq
@@ -122,8 +122,8 @@ pub async fn placements(client: &Client) -> Result<Vec<Placement>, StoreError> {
 /// Pins `key` to `partition` (`None`: unpins it) under a new layout epoch of the same count,
 /// so the per-key barrier holds its new rows until its old ones are gone. Refused when no
 /// layout is recorded or the partition is outside the count; nothing changes then, nor when
-/// the key is already pinned so. Waits for its lock on `keyorder_layout` as
-/// [`super::queue::switch_online`] does.
+/// the key is already pinned so. Waits for its lock on `keyorder_layout`
+/// (`lock_wait::LAYOUT_LOCK`) as a switch does.
 pub async fn change_pin(
     client: &mut Client,
     key: &str,
@@ -133,7 +133,7 @@ pub async fn change_pin(
 ) -> Result<PinChange, StoreError> {
     let operation = if partition.is_some() { "pin" } else { "unpin" };
     let key = key.to_owned();
-    retrying(client, wait, report, operation, &super::queue::LAYOUT_LOCK, |c| {
+    retrying(client, wait, report, operation, &LAYOUT_LOCK, |c| {
         let key = key.clone();
         Box::pin(async move { change_pin_once(c, &key, partition).await })
     })

@@ -23,6 +23,12 @@ pub(crate) struct Contended {
     pub advisory: Option<i32>,
 }
 
+/// What a switch ([`super::queue::switch_online`]) or a pin change
+/// ([`super::layout::change_pin`]) locks: `keyorder_layout` in `EXCLUSIVE` mode, which only
+/// plain reads do not conflict with (producers read it `FOR SHARE`).
+pub(crate) const LAYOUT_LOCK: Contended =
+    Contended { tables: &["keyorder_layout"], compatible: &["AccessShareLock"], advisory: None };
+
 /// One try of an operation, on the admin connection.
 pub(crate) type Try<'c, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + 'c>>;
 

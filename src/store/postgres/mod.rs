@@ -124,6 +124,11 @@ impl PgStore {
         })
     }
 
+    /// Sessions opened from now on lease under `count` partitions.
+    pub(crate) fn set_count(&mut self, count: PartitionCount) {
+        self.count = count;
+    }
+
     /// Opens one session of the store: connected, with the store's session settings set.
     async fn open_session(&self) -> Result<Client, StoreError> {
         let client = connect(&self.config).await?;

@@ -9,14 +9,9 @@ use crate::routing::PartitionCount;
 use crate::store::admin::{DeadRow, EnqueueReport, KeyDepth, Layout, PartitionLag, SplitKey};
 use crate::store::StoreError;
 
-use super::lock_wait::{retrying, Contended};
+use super::lock_wait::{retrying, LAYOUT_LOCK};
 use super::schema::KEY_NAMESPACE;
 use crate::store::lock_wait::{LockWait, LockWaitReport};
-
-/// What a switch or a pin change locks: `keyorder_layout` in `EXCLUSIVE` mode, which only
-/// plain reads do not conflict with (producers read it `FOR SHARE`).
-pub(crate) const LAYOUT_LOCK: Contended =
-    Contended { tables: &["keyorder_layout"], compatible: &["AccessShareLock"], advisory: None };
 
 /// Inserts `events` in one statement (one round trip), routed by the layout in force and the
 /// pins, both read in the insert's transaction (the layout `FOR SHARE`, so a concurrent switch

@@ -1,10 +1,10 @@
 //! The clock SQLite's leases and memberships expire by: the host's monotonic clock, which every
 //! process on the host reads alike and nothing can step, and the id of the boot it counts from.
 //!
-//! Expiry used to be the wall clock (`unixepoch('subsec')`). A wall clock stepped forward (an NTP
-//! step, a VM resumed, an operator's `date -s`) made every other worker see a lease expire
-//! early by the step, and a step larger than the clock-skew bound let one take a partition over
-//! while its holder was still delivering. `CLOCK_MONOTONIC` cannot be stepped, is the same for
+//! Expiry is not the wall clock (`unixepoch('subsec')`). A wall clock stepped forward (an NTP
+//! step, a VM resumed, an operator's `date -s`) would make every other worker see a lease
+//! expire early by the step, and a step larger than the clock-skew bound would let one take a
+//! partition over while its holder was still delivering. `CLOCK_MONOTONIC` cannot be stepped, is the same for
 //! every process on the host, and is the clock tokio's `Instant` reads, by which a holder judges
 //! how long the lease it read lasts: the skew between the store's clock and the holder's is zero
 //! by construction. SQLite needs a local file (its locking does not work across hosts), so every
@@ -16,7 +16,7 @@
 //! on every connection ([`register`]): `keyorder_clock()`, seconds of the monotonic clock, and
 //! `keyorder_boot()`.
 //!
-//! Off Linux there is no boot id; the clock is the wall clock there, as before.
+//! Off Linux there is no boot id; the clock is the wall clock there, with the exposure above.
 
 use std::sync::OnceLock;
 

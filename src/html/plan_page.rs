@@ -19,14 +19,29 @@ pub struct LiveVerdict {
 
 /// The page for `plan`, with `live` when a live queue was read.
 pub fn render(plan: &Plan, live: Option<&LiveVerdict>) -> String {
-    let pct = |f: f64| format!("{:.2}%", f * 100.0);
     let mut page = String::new();
+    header(&mut page, plan);
+    verdict(&mut page, live);
+    figures(&mut page, plan);
+    charts(&mut page, plan);
+    whales(&mut page, plan);
+    heaviest(&mut page, plan);
+    checklist(&mut page, plan);
+    page
+}
+
+/// The document's head and the title.
+fn header(page: &mut String, plan: &Plan) {
     let title = format!("keyorder plan: {} → {} partitions", plan.from, plan.to);
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n",
         t = escape(&title)
     );
+}
+
+/// The live verdict, or that there is none.
+fn verdict(page: &mut String, live: Option<&LiveVerdict>) {
     match live {
         Some(v) if v.safe => page.push_str("<p id=\"verdict\" class=\"safe\">SAFE TO SWITCH: the queue is drained and no key is split.</p>\n"),
         Some(v) => {
@@ -38,6 +53,11 @@ pub fn render(plan: &Plan, live: Option<&LiveVerdict>) -> String {
         }
         None => page.push_str("<p id=\"verdict\">No live queue was read (give --database for the verdict).</p>\n"),
     }
+}
+
+/// The figures table: sample, moved keys and weight against the modulo prediction, skew.
+fn figures(page: &mut String, plan: &Plan) {
+    let pct = |f: f64| format!("{:.2}%", f * 100.0);
     let _ = writeln!(
         page,
         "<table id=\"figures\"><tr><td>keys in sample</td><td>{}</td></tr><tr><td>total weight</td><td>{:.1}</td></tr>\
@@ -52,6 +72,10 @@ pub fn render(plan: &Plan, live: Option<&LiveVerdict>) -> String {
         plan.skew_before,
         plan.skew_after
     );
+}
+
+/// The load per partition before and after, on one scale.
+fn charts(page: &mut String, plan: &Plan) {
     let top = plan
         .partitions_before
         .iter()
@@ -60,38 +84,41 @@ pub fn render(plan: &Plan, live: Option<&LiveVerdict>) -> String {
         .fold(0.0_f64, f64::max)
         .max(f64::MIN_POSITIVE);
     bars(
-        &mut page,
+        page,
         "before",
         "load per partition before",
         &plan.partitions_before,
         &plan.keys_before,
         top,
     );
-    bars(
-        &mut page,
-        "after",
-        "load per partition after",
-        &plan.partitions_after,
-        &plan.keys_after,
-        top,
-    );
+    bars(page, "after", "load per partition after", &plan.partitions_after, &plan.keys_after, top);
+}
+
+/// The whale keys, or that there are none.
+fn whales(page: &mut String, plan: &Plan) {
     page.push_str("<h2>Whale keys</h2>\n");
     if plan.whales.is_empty() {
         page.push_str("<p id=\"whales\">None heavier than a target partition's mean load.</p>\n");
-    } else {
-        page.push_str("<table id=\"whales\"><tr><th>key</th><th>weight</th><th>before</th><th>after</th></tr>");
-        for k in &plan.whales {
-            let _ = write!(
-                page,
-                "<tr><td>{}</td><td>{:.1}</td><td>p{}</td><td>p{}</td></tr>",
-                escape(&k.key),
-                k.weight,
-                k.before,
-                k.after
-            );
-        }
-        page.push_str("</table>\n");
+        return;
     }
+    page.push_str(
+        "<table id=\"whales\"><tr><th>key</th><th>weight</th><th>before</th><th>after</th></tr>",
+    );
+    for k in &plan.whales {
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{:.1}</td><td>p{}</td><td>p{}</td></tr>",
+            escape(&k.key),
+            k.weight,
+            k.before,
+            k.after
+        );
+    }
+    page.push_str("</table>\n");
+}
+
+/// The heaviest keys, then the heaviest moves when there are any.
+fn heaviest(page: &mut String, plan: &Plan) {
     page.push_str("<h2>Heaviest keys</h2>\n<table><tr><th>key</th><th>weight</th><th>before</th><th>after</th></tr>");
     for k in &plan.heaviest_keys {
         let _ = write!(
@@ -115,12 +142,15 @@ pub fn render(plan: &Plan, live: Option<&LiveVerdict>) -> String {
         }
         page.push_str("</table>\n");
     }
+}
+
+/// The drain-and-switch checklist, and the end of the page.
+fn checklist(page: &mut String, plan: &Plan) {
     page.push_str("<h2>Drain-and-switch checklist</h2>\n<ol>");
     for step in &plan.checklist {
         let _ = write!(page, "<li>{}</li>", escape(step));
     }
     page.push_str("</ol>\n</body></html>\n");
-    page
 }
 
 /// One bar per partition, heights on a scale shared by both charts (`top`).
