@@ -639,7 +639,7 @@ mod tests {
         assert!(matches!(err, RoutingError::OverrideOutOfRange { partition: 3, count: 3, .. }));
     }
 
-    // Mutation-testing kills (issue #11): each test pins behaviour a mutant broke unseen.
+    // Mutation-testing kills: each test pins behaviour a mutant broke unseen.
 
     #[test]
     fn a_count_lists_converts_and_prints_its_partitions() {

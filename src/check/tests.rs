@@ -236,7 +236,7 @@ fn across_layouts_only_a_delivery_past_queued_older_rows_is_a_split() {
     assert_eq!(only(&b.verdict()), found);
 }
 
-// Mutation-testing kills (issue #11): boundaries and cases the tests above left open.
+// Mutation-testing kills: boundaries and cases the tests above left open.
 
 impl Builder {
     /// A delivery of `seq` sent and arrived at `at` (ms), answered at once.
@@ -411,7 +411,7 @@ fn a_key_that_moves_within_a_layout_at_the_instant_it_drains_is_not_split() {
     assert_eq!(only(&b.verdict()), vec![]);
 }
 
-/// The head-of-line figure (issue #21): a healthy key waiting while a failing key of its
+/// The head-of-line figure: a healthy key waiting while a failing key of its
 /// partition backs off is counted; one served during the backoff, or on another partition, is
 /// not.
 #[test]

@@ -344,7 +344,7 @@ fn a_new_lease_waits_out_the_takeover_delay_before_reading() {
     );
 }
 
-// Mutation-testing kills (issue #11).
+// Mutation-testing kills.
 
 #[test]
 fn the_epoch_is_the_held_lease_and_gone_with_it() {
@@ -370,7 +370,7 @@ fn a_backoff_that_ends_now_is_delivered_at_once() {
     assert_eq!(h.drain.in_flight(), Some((Seq(10), 2)));
 }
 
-// Parking (issue #21): a failing key holds up only itself.
+// Parking: a failing key holds up only itself.
 
 #[test]
 fn a_failing_key_is_parked_and_the_partition_moves_on_to_another_key() {
