@@ -26,7 +26,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use keyorder::check::{check, Enqueued, History, Kind};
@@ -240,20 +240,23 @@ async fn history(c: &tokio_postgres::Client, arrivals: &[Arrival]) -> History {
 /// accepted and then ignored.
 struct Blackhole {
     port: u16,
-    cut: Arc<AtomicBool>,
+    /// Set once cut. A forwarder holds the read lock from its check to the end of its write,
+    /// so once `cut` has taken the write lock, no byte goes through: a worker cannot
+    /// acknowledge anything after `cut` returns, however the threads are scheduled.
+    cut: Arc<RwLock<bool>>,
 }
 
 impl Blackhole {
     fn start(upstream: u16) -> Blackhole {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().unwrap().port();
-        let cut = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(RwLock::new(false));
         let flag = cut.clone();
         std::thread::spawn(move || {
             let mut held = Vec::new();
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
-                if flag.load(Ordering::SeqCst) {
+                if *flag.read().unwrap_or_else(|e| e.into_inner()) {
                     held.push(client);
                     continue;
                 }
@@ -269,16 +272,17 @@ impl Blackhole {
     }
 
     fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
+        *self.cut.write().unwrap_or_else(|e| e.into_inner()) = true;
     }
 }
 
 /// Copies `from` to `to` until either closes or the proxy is cut; then holds both open forever.
-fn forward(mut from: TcpStream, mut to: TcpStream, cut: &AtomicBool) {
+fn forward(mut from: TcpStream, mut to: TcpStream, cut: &RwLock<bool>) {
     from.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
     let mut buf = [0u8; 16 * 1024];
+    let is_cut = || *cut.read().unwrap_or_else(|e| e.into_inner());
     loop {
-        if cut.load(Ordering::SeqCst) {
+        if is_cut() {
             // Stop reading and writing, keep the sockets: nothing answers, nothing resets.
             let _keep = (from, to);
             loop {
@@ -291,12 +295,14 @@ fn forward(mut from: TcpStream, mut to: TcpStream, cut: &AtomicBool) {
                 return;
             }
             Ok(n) => {
-                if cut.load(Ordering::SeqCst) {
+                let gate = cut.read().unwrap_or_else(|e| e.into_inner());
+                if *gate {
                     continue;
                 }
                 if to.write_all(&buf[..n]).is_err() {
                     return;
                 }
+                drop(gate);
             }
             Err(e)
                 if matches!(
