@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::plan::Plan;
+use crate::plan::{KeyLoad, Plan};
 
 use super::escape;
 
@@ -104,7 +104,13 @@ fn whales(page: &mut String, plan: &Plan) {
     page.push_str(
         "<table id=\"whales\"><tr><th>key</th><th>weight</th><th>before</th><th>after</th></tr>",
     );
-    for k in &plan.whales {
+    key_rows(page, &plan.whales);
+    page.push_str("</table>\n");
+}
+
+/// One table row per key: its weight and its partition before and after.
+fn key_rows(page: &mut String, keys: &[KeyLoad]) {
+    for k in keys {
         let _ = write!(
             page,
             "<tr><td>{}</td><td>{:.1}</td><td>p{}</td><td>p{}</td></tr>",
@@ -114,22 +120,12 @@ fn whales(page: &mut String, plan: &Plan) {
             k.after
         );
     }
-    page.push_str("</table>\n");
 }
 
 /// The heaviest keys, then the heaviest moves when there are any.
 fn heaviest(page: &mut String, plan: &Plan) {
     page.push_str("<h2>Heaviest keys</h2>\n<table><tr><th>key</th><th>weight</th><th>before</th><th>after</th></tr>");
-    for k in &plan.heaviest_keys {
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{:.1}</td><td>p{}</td><td>p{}</td></tr>",
-            escape(&k.key),
-            k.weight,
-            k.before,
-            k.after
-        );
-    }
+    key_rows(page, &plan.heaviest_keys);
     page.push_str("</table>\n");
     if !plan.top_moves.is_empty() {
         page.push_str("<h2>Heaviest moves</h2>\n<table><tr><th>from</th><th>to</th><th>keys</th><th>weight</th></tr>");

@@ -75,6 +75,9 @@ impl Endpoints {
     /// closed by the server instead (the key's `close_on_reuse_first`).
     fn closes_on_reuse(&mut self, key: &str, event_id: &str, rec: &SharedRecorder) -> bool {
         let limit = self.specs.get(key).map_or(0, |s| s.close_on_reuse_first);
+        if limit == 0 {
+            return false;
+        }
         let n = self.closed_on_reuse.entry(event_id.to_owned()).or_default();
         if *n >= limit {
             return false;

@@ -114,8 +114,6 @@ pub(crate) struct Fabric {
     egress: Vec<Packet>,
     cuts: SharedCuts,
     now: Rc<Cell<Instant>>,
-    /// Packets sent (each TCP segment, ACKs included), for the run's statistics.
-    pub(crate) packets: u64,
 }
 
 impl Fabric {
@@ -127,7 +125,6 @@ impl Fabric {
             egress: Vec::with_capacity(64),
             cuts,
             now,
-            packets: 0,
         }
     }
 
@@ -165,7 +162,6 @@ impl Fabric {
             any = true;
             let mut immediate = false;
             for packet in self.egress.drain(..) {
-                self.packets += 1;
                 match guard.evaluate(&packet) {
                     Verdict::Drop => {}
                     Verdict::Pass => {

@@ -319,11 +319,6 @@ impl Sim {
         self.index(name).map(|i| self.hosts[i].polls)
     }
 
-    /// Packets the network has carried so far (TCP segments, acknowledgements included).
-    pub fn packets(&self) -> u64 {
-        self.fabric.packets
-    }
-
     /// Simulated time since the start.
     pub fn elapsed(&self) -> Duration {
         elapsed()
