@@ -9,6 +9,8 @@ pub(super) struct Row {
     pub(super) attempts: u32,
     pub(super) not_before: Option<Time>,
     pub(super) last_error: Option<String>,
+    /// When it was queued: the lag report's oldest wait counts from here.
+    pub(super) enqueued_at: Time,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +50,8 @@ pub(super) struct Db {
     pub(super) acks: Vec<(PartitionId, Seq, Time)>,
     pub(super) retries: Vec<(PartitionId, Seq, u32, Duration, String)>,
     pub(super) dead: Vec<(PartitionId, Seq, u32, String)>,
+    /// The dead-lettered rows themselves, as the dead-letter table keeps them.
+    pub(super) buried: BTreeMap<Seq, Row>,
     pub(super) releases: Vec<(PartitionId, Epoch, Handover, Time)>,
 }
 
@@ -262,7 +266,9 @@ impl LeaseSession for FakeLease {
         let partition = self.partition;
         let mut db = self.fenced().await?;
         let row = db.queues.get_mut(&partition).and_then(|q| q.remove(&seq));
-        assert!(row.is_some(), "dead letter of p{partition} seq {seq}, which is not queued");
+        let row =
+            row.unwrap_or_else(|| panic!("dead letter of p{partition} seq {seq}, not queued"));
+        db.buried.insert(seq, row);
         db.dead.push((partition, seq, attempts, reason.to_owned()));
         Ok(())
     }

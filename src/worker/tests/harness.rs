@@ -83,6 +83,7 @@ impl Harness {
             attempts: 0,
             not_before: None,
             last_error: None,
+            enqueued_at: self.clock.now(),
         };
         db.queues.entry(PartitionId(partition)).or_default().insert(seq, row);
         seq

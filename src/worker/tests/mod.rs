@@ -25,6 +25,7 @@ use crate::ids::{Epoch, Seq, Time};
 use crate::routing::PartitionCount;
 use crate::store::StoredHead;
 
+mod conformance;
 mod delivery;
 mod endpoint;
 mod fake_store;
