@@ -2,17 +2,18 @@
 //!
 //! A run is a pure function of (scenario, seed): simulated hosts on one executor (a store with
 //! PostgreSQL's lease and visibility semantics, the production worker loop, endpoints,
-//! producers; [`simulator`]), faults applied by the driver between runs of the hosts, and the checker's verdict on the recorded history. No
-//! wall clock, thread or hash-map order reaches the run; the trace hash proves it.
+//! producers; [`simulator`]), faults applied by the driver between runs of the hosts, and the
+//! checker's verdict on the recorded history. No wall clock, thread or hash-map order reaches the
+//! run; the trace hash proves it. [`rehearsal`] runs an operator's repartition plan the same way.
 #![forbid(unsafe_code)]
 
 pub mod breaks;
 pub mod control;
 pub mod faults;
 pub mod hosts;
-pub mod plan;
 pub(crate) mod protocol;
 pub mod regression;
+pub mod rehearsal;
 pub mod run;
 pub mod scenario;
 pub mod shrink;

@@ -9,7 +9,7 @@ use keyorder_sim::{Break, Scenario, Size};
 
 mod catalogue;
 mod merge;
-mod plan;
+mod rehearse;
 mod replay;
 mod shrink;
 mod sweep;
@@ -40,7 +40,7 @@ enum Command {
     Catalogue(catalogue::CatalogueArgs),
     /// Run a change of partition count with your key distribution: drain-and-switch, online,
     /// and the unsafe flip, on the same seeds.
-    Plan(plan::PlanArgs),
+    Plan(rehearse::PlanArgs),
 }
 
 #[derive(Debug, Args)]
@@ -142,7 +142,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Merge(args) => merge::run(args),
         Command::Shrink(args) => shrink::run(args),
         Command::Catalogue(args) => catalogue::run_catalogue(args),
-        Command::Plan(args) => plan::run(args),
+        Command::Plan(args) => rehearse::run(args),
         Command::Scenario(args) => {
             let scenario = match args.broken {
                 Some(b) => Scenario::generate_broken(args.size, args.seed, b),

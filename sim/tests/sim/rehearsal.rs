@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::BufReader;
 
 use keyorder::PartitionCount;
-use keyorder_sim::plan::{compare, KeySample};
+use keyorder_sim::rehearsal::{compare, KeySample};
 use keyorder_sim::scenario::Procedure;
 
 #[test]

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use keyorder::PartitionCount;
-use keyorder_sim::plan::{compare, plan_scenario, KeySample};
+use keyorder_sim::rehearsal::{compare, plan_scenario, KeySample};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -128,7 +128,7 @@ trait Named {
     fn procedure_name(&self) -> &'static str;
 }
 
-impl Named for keyorder_sim::plan::ProcedureRun {
+impl Named for keyorder_sim::rehearsal::ProcedureRun {
     fn procedure_name(&self) -> &'static str {
         use keyorder_sim::scenario::Procedure;
         match self.procedure {
