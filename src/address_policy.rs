@@ -546,8 +546,12 @@ mod tests {
             let r = refused_by(&p, ip).unwrap_or_else(|| panic!("{ip} refused"));
             assert_eq!((r.range(), r.via()), (range, Some(via)), "{ip}");
         }
-        let shown = refused_by(&p, "::ffff:127.0.0.1").unwrap().to_string();
-        assert_eq!(shown, "loopback (127.0.0.0/8) inside an IPv4-mapped ::ffff:0:0/96 address");
+        let refused = refused_by(&p, "::ffff:127.0.0.1").unwrap();
+        assert_eq!(refused.name(), "loopback");
+        assert_eq!(
+            refused.to_string(),
+            "loopback (127.0.0.0/8) inside an IPv4-mapped ::ffff:0:0/96 address"
+        );
         // The same forms of a global address connect to that address, and are allowed.
         for ip in
             ["::ffff:8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1", "2001:0:808:808::f7f7:f7f7"]
