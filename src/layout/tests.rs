@@ -173,3 +173,29 @@ fn the_edges_of_the_leased_partitions_and_each_finding_on_its_own() {
     let a = audit(&s, &many);
     assert_eq!((a.misrouted_rows, a.misrouted_keys.len()), (20, AUDIT_EXAMPLES));
 }
+
+#[test]
+fn only_open_pins_are_in_force_now() {
+    let span = |key: &str, partition: u16, until_epoch| PinSpan {
+        key: key.into(),
+        partition: PartitionId(partition),
+        from_epoch: 1,
+        until_epoch,
+    };
+    let s =
+        state(&[(0, 8), (1, 8), (2, 8)], vec![span("closed", 3, Some(2)), span("open", 5, None)]);
+    let pins = s.current_pins();
+    assert_eq!(pins.len(), 1, "the closed pin is history");
+    assert_eq!(pins.lookup("open"), Some(PartitionId(5)));
+    assert_eq!(pins.lookup("closed"), None);
+}
+
+#[test]
+fn a_pin_outside_the_new_count_names_the_key_its_partition_and_the_way_out() {
+    let text = pin_outside("whale", 40, count(16));
+    assert_eq!(
+        text,
+        "key \"whale\" is pinned to partition 40, which 16 partitions do not have: \
+         `keyorder unpin whale` (or pin it below 16) first"
+    );
+}

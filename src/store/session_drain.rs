@@ -521,6 +521,47 @@ mod tests {
     }
 
     #[test]
+    fn it_reports_its_options_and_the_keys_its_reads_pass_over() {
+        let options =
+            SessionDrainOptions { ack_delay: Duration::from_millis(7), ..Default::default() };
+        let mut d = SessionDrain::new(options, ms(0));
+        assert_eq!(d.options(), options);
+        assert_eq!(d.skipped(), &ParkedKeys::NONE);
+        let parked = ParkedKeys::new(["a".to_owned()]);
+        d.plan_head(&parked, ms(1));
+        assert_eq!(d.skipped(), &parked);
+    }
+
+    /// Parks `a` past an acknowledgement of `b`, unparks it, takes one full read, then parks
+    /// `b`: where the next read starts (the unpark's rewind, or the cursor kept past `a`'s rows).
+    fn read_after_an_unpark(mut d: SessionDrain) -> Seq {
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
+        d.filled(r, vec![row(1, "a"), row(2, "b"), row(3, "a")], QUIET);
+        d.acked(Seq(1), ms(2));
+        let r = read(d.plan_head(&ParkedKeys::new(["a".to_owned()]), ms(3)));
+        d.filled(r, vec![row(2, "b")], QUIET);
+        d.acked(Seq(2), ms(4));
+        let r = read(d.plan_head(&ParkedKeys::NONE, ms(5)));
+        assert!(r.full, "an unpark forces a full read");
+        d.filled(r, vec![row(3, "a")], QUIET);
+        read(d.plan_head(&ParkedKeys::new(["b".to_owned()]), ms(6))).after
+    }
+
+    #[test]
+    fn an_unpark_rewinds_the_cursor_for_the_reads_after_it() {
+        let d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
+        assert_eq!(read_after_an_unpark(d), Seq(0));
+    }
+
+    #[cfg(feature = "broken-designs")]
+    #[test]
+    fn keeping_the_cursor_on_unpark_reads_on_past_the_unparked_keys_rows() {
+        let d =
+            SessionDrain::new(SessionDrainOptions::default(), ms(0)).keeping_the_cursor_on_unpark();
+        assert_eq!(read_after_an_unpark(d), Seq(2), "the broken rule reads past a's row 3");
+    }
+
+    #[test]
     fn a_row_the_barrier_holds_is_read_again_and_a_full_read_comes_every_second() {
         let mut d = SessionDrain::new(SessionDrainOptions::default(), ms(0));
         let r = read(d.plan_head(&ParkedKeys::NONE, ms(1)));
