@@ -84,11 +84,17 @@ pub enum Break {
     /// whose redrive or visibility timeout lets a message group move on past a message that
     /// ends in the dead-letter queue).
     SetAsideHead,
+    /// The head read takes the partition's oldest row whatever its key, and answers nothing
+    /// while that row's key is stuck: parked while its head backs off, or holding a dead
+    /// letter, whose failed row keeps the key's slot. A key that was dead-lettered blocks its
+    /// partition for good (pg-boss's `key_strict_fifo`, where one stuck, retrying or failed key
+    /// starved every other key of the queue).
+    StuckKeyBlocksPartition,
 }
 
 impl Break {
     /// The catalogue, in order: every entry but `cursor-past-late-commit`.
-    pub const ALL: [Break; 19] = [
+    pub const ALL: [Break; 20] = [
         Break::RandomHash,
         Break::TwoReaders,
         Break::UnfencedLease,
@@ -108,6 +114,7 @@ impl Break {
         Break::CreatedAtOrder,
         Break::RebalanceOnJoin,
         Break::SetAsideHead,
+        Break::StuckKeyBlocksPartition,
     ];
 
     /// The violation the checker must report when this design runs.
@@ -131,7 +138,7 @@ impl Break {
             | Break::CursorPastLateCommit
             | Break::PriorityWithinKey
             | Break::CreatedAtOrder => Kind::Reorder,
-            Break::UnboundedRetry => Kind::Stall,
+            Break::UnboundedRetry | Break::StuckKeyBlocksPartition => Kind::Stall,
             Break::SetAsideHead => Kind::Skip,
         }
     }
@@ -159,6 +166,7 @@ impl Break {
             Break::CreatedAtOrder => "created-at-order",
             Break::RebalanceOnJoin => "rebalance-on-join",
             Break::SetAsideHead => "set-aside-head",
+            Break::StuckKeyBlocksPartition => "stuck-key-blocks-partition",
         }
     }
 }
@@ -218,6 +226,7 @@ impl Switches {
                     None
                 },
                 rebalance_on_join: has(Break::RebalanceOnJoin),
+                stuck_key_blocks: has(Break::StuckKeyBlocksPartition),
             },
             client: crate::hosts::store_client::ClientBreaks {
                 unfenced: has(Break::UnfencedLease),

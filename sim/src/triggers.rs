@@ -55,6 +55,16 @@ pub(crate) fn add(b: Break, rng: &mut StdRng, s: &mut Scenario) {
                 k.endpoint.poison = vec![1];
             }
         }
+        Break::StuckKeyBlocksPartition => {
+            // Poison heads with later events of their key behind them, as for `set-aside-head`,
+            // and time after the load for the stall bound to pass (the same scenario drains
+            // well within it without the switch).
+            for k in s.keys.iter_mut().step_by(4) {
+                k.events = k.events.max(4);
+                k.endpoint.poison = vec![1];
+            }
+            s.duration_ms = s.duration_ms.max(s.load_ms + 30_000);
+        }
         Break::CursorPastParked => parked_keys_beside_busy_ones(rng, s),
         Break::CursorPastLateCommit => late_commits(s),
         Break::PinWithoutBarrier => {

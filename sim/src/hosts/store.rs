@@ -151,6 +151,9 @@ pub struct StoreBreaks {
     /// `rebalance-on-join`: a worker that registers is handed half of the other workers'
     /// partitions at once, as handed back clean, whether or not their deliveries are done.
     pub rebalance_on_join: bool,
+    /// `stuck-key-blocks-partition`: a head read answers nothing while the partition's oldest
+    /// row belongs to a parked key or to a key with a dead letter.
+    pub stuck_key_blocks: bool,
 }
 
 /// An order a broken head read picks rows in, instead of seq.
@@ -778,6 +781,9 @@ impl StoreState {
         limit: usize,
     ) -> Vec<WireHead> {
         let mut heads = Vec::new();
+        if self.durable.breaks.stuck_key_blocks && self.oldest_key_is_stuck(partition, skip) {
+            return heads;
+        }
         if let Some(order) = self.durable.breaks.head_order {
             let mut rows: Vec<(Seq, &Row)> = self.visible(partition, from, at, skip).collect();
             rows.sort_by_key(|(seq, row)| order.key(*seq, row));
@@ -800,6 +806,16 @@ impl StoreState {
             }
         }
         heads
+    }
+
+    /// `stuck-key-blocks-partition`: whether the partition's oldest row belongs to a key that
+    /// is parked (in `skip`) or has a row in the dead-letter table.
+    fn oldest_key_is_stuck(&self, partition: PartitionId, skip: &ParkedKeys) -> bool {
+        let mut rows = self.durable.rows.range((partition, Seq(0))..=(partition, Seq(i64::MAX)));
+        rows.next().is_some_and(|(_, row)| {
+            skip.contains(&row.key)
+                || self.durable.dead.iter().any(|(_, dead, _)| dead.key == row.key)
+        })
     }
 
     /// The partition's rows from seq `from` on that a head read sees: those of keys not in

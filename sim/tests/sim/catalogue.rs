@@ -168,3 +168,8 @@ fn partitions_handed_to_a_joining_worker_at_once_are_caught_as_concurrent() {
 fn a_head_set_aside_then_dead_lettered_is_caught_as_skip() {
     check(Break::SetAsideHead);
 }
+
+#[test]
+fn a_stuck_key_that_blocks_its_partition_is_caught_as_stall() {
+    check(Break::StuckKeyBlocksPartition);
+}
