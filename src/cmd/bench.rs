@@ -60,8 +60,8 @@ pub struct BenchArgs {
     /// Confirm that the database's queue tables may be emptied.
     #[arg(long)]
     yes: bool,
-    /// Drain the deliverer drains with partition FIFO (a failing event blocks its partition),
-    /// as before parking, to compare the two.
+    /// Drain the deliverer drains with partition FIFO (a failing event blocks its partition,
+    /// with no parking), to compare the two.
     #[arg(long)]
     strict_partition_order: bool,
     /// The batch enqueue's durability, as `keyorder enqueue --durability` (SQLite only): what

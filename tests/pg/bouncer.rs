@@ -6,16 +6,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::harness::PgServer;
+use super::harness::{is_root, require, PgServer};
 
 pub struct Bouncer {
     dir: PathBuf,
     child: Child,
     pub port: u16,
-}
-
-fn require() -> bool {
-    std::env::var("KEYORDER_REQUIRE_PG").is_ok_and(|v| v == "1")
 }
 
 fn found() -> bool {
@@ -24,13 +20,6 @@ fn found() -> bool {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 impl Bouncer {

@@ -15,7 +15,8 @@ pub struct PgServer {
     as_postgres: bool,
 }
 
-fn require() -> bool {
+/// Whether a missing server (or pooler) must fail the test instead of skipping it.
+pub fn require() -> bool {
     std::env::var("KEYORDER_REQUIRE_PG").is_ok_and(|v| v == "1")
 }
 
@@ -27,7 +28,8 @@ fn found(bin: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (PostgreSQL and PgBouncer must then run as `postgres`).
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()

@@ -67,7 +67,7 @@ pub struct ScenarioSource {
     /// Switch on a known-bad design from the catalogue (the checker must catch it).
     #[arg(long = "break", value_enum, value_name = "NAME")]
     broken: Option<Break>,
-    /// Partition FIFO: a failing head blocks its whole partition, as before parking (by
+    /// Partition FIFO, without parking: a failing head blocks its whole partition (by
     /// default a failing key is parked and blocks only itself).
     #[arg(long)]
     strict_partition_order: bool,

@@ -517,6 +517,19 @@ impl SimLease {
         }
     }
 
+    /// Before a statement changes a row (a retry, a dead letter): what was read ahead is read
+    /// again, and the buffered acknowledgements go first.
+    async fn row_changes(&mut self) -> Result<(), StoreError> {
+        if let Some(e) = &mut self.expiry {
+            e.ahead.clear();
+        }
+        self.flush_acks().await?;
+        if let Some(d) = &mut self.drain {
+            d.changed();
+        }
+        Ok(())
+    }
+
     /// Deletes the lease's buffered acknowledgements, if any.
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
         if self.expiry.is_some() {
@@ -742,14 +755,7 @@ impl LeaseSession for SimLease {
         retry_in: Duration,
         error: &str,
     ) -> Result<(), StoreError> {
-        if let Some(e) = &mut self.expiry {
-            // The row changes: what was read ahead is read again.
-            e.ahead.clear();
-        }
-        self.flush_acks().await?;
-        if let Some(d) = &mut self.drain {
-            d.changed();
-        }
+        self.row_changes().await?;
         let req = StoreRequest::Retry {
             partition: self.partition,
             epoch: self.epoch,
@@ -770,13 +776,7 @@ impl LeaseSession for SimLease {
         attempts: u32,
         reason: &str,
     ) -> Result<(), StoreError> {
-        if let Some(e) = &mut self.expiry {
-            e.ahead.clear();
-        }
-        self.flush_acks().await?;
-        if let Some(d) = &mut self.drain {
-            d.changed();
-        }
+        self.row_changes().await?;
         let req = StoreRequest::DeadLetter {
             partition: self.partition,
             epoch: self.epoch,

@@ -114,7 +114,7 @@ pub struct SqliteOptions {
     pub ack_delay: Duration,
     /// Rows one head read reads ahead: the lease then hands them out without a statement each
     /// while its expiry lies far enough ahead (see [`crate::store::read_ahead`]). 1 reads one
-    /// row per head, as before read-ahead.
+    /// row per head (no read-ahead).
     pub read_ahead: usize,
 }
 
