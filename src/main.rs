@@ -6,17 +6,25 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use cmd::logging::LogFormat;
 
 mod cmd;
 
 fn main() -> ExitCode {
     quiet_when_the_reader_leaves();
     let cli = cmd::Cli::parse();
+    cli.log.install();
+    let format = cli.log.format();
     match cmd::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if reader_left(&err) => ExitCode::from(141),
         Err(err) => {
-            eprintln!("keyorder: error: {err:#}");
+            match format {
+                // The line scripts and people have always read.
+                LogFormat::Text => eprintln!("keyorder: error: {err:#}"),
+                // A log shipper reads every stderr line as an object, the last one too.
+                LogFormat::Json => tracing::error!(error = format!("{err:#}").as_str(), "failed"),
+            }
             ExitCode::from(cmd::exit_code(&err))
         }
     }

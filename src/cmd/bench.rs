@@ -161,7 +161,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             enqueue(&mut c, &mut next, n, args.keys).await?;
             drain(|| Ok(drains.make()?), &c, w, n).await?;
             churned += n;
-            eprintln!("churned {churned} of {}", args.churn);
+            tracing::info!(churned, of = args.churn, "churning");
         }
         let after = best_of(3, &mut c, &mut next, &args, &drains, w).await?;
         println!(

@@ -57,7 +57,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         );
         std::fs::write(path, page)
             .with_context(|| format!("cannot write the timeline to {}", path.display()))?;
-        eprintln!("timeline written to {}", path.display());
+        tracing::info!(path = %path.display(), "timeline written");
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);

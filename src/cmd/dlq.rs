@@ -62,8 +62,8 @@ pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
                 let rows = client.dead_letters_below(after, limit).await?;
                 if rows.is_empty() {
                     match after {
-                        Some(id) => eprintln!("no dead letters below id {id}"),
-                        None => eprintln!("no dead letters"),
+                        Some(id) => tracing::info!("no dead letters below id {id}"),
+                        None => tracing::info!("no dead letters"),
                     }
                 }
                 for r in &rows {
@@ -77,7 +77,7 @@ pub fn dlq(args: DlqArgs) -> anyhow::Result<()> {
                     }
                 }
                 if let Some(last) = rows.last().filter(|_| rows.len() as i64 == limit) {
-                    eprintln!(
+                    tracing::info!(
                         "more may follow: keyorder dlq list --limit {limit} --after {}",
                         last.id
                     );

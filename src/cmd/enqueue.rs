@@ -52,7 +52,7 @@ pub fn enqueue(args: EnqueueArgs) -> anyhow::Result<()> {
         let mut client = args.db.admin(OpenMode::Create).await?;
         client.set_durability(args.durability)?;
         if let Resolved::RecordedNow(l) = resolve(&mut client, args.partitions).await? {
-            eprintln!("keyorder enqueue: recorded {} partitions in the database (every command uses it now; `keyorder switch` changes it)", l.partitions);
+            tracing::info!(partitions = l.partitions.get(), "recorded the partition count in the database (every command uses it now; `keyorder switch` changes it)");
         }
         let (mut total, mut dups, mut batch, mut first_line) = (0u64, 0usize, Vec::new(), 1u64);
         for (i, line) in input.lines().enumerate() {
@@ -130,7 +130,9 @@ async fn insert(
         return Ok((0, 0));
     }
     let report = client.enqueue(batch, serialise_keys).await?;
-    report.duplicates.iter().for_each(|d| eprintln!("duplicate event id (already queued): {d}"));
+    for d in &report.duplicates {
+        tracing::warn!(event_id = d.as_str(), "duplicate event id (already queued): skipped");
+    }
     batch.clear();
     Ok((report.inserted, report.duplicates.len()))
 }

@@ -145,7 +145,7 @@ impl<D: Deliver> Deliver for Counting<D> {
 }
 
 /// Binds `addr` (bad input if it cannot be bound) and serves on a thread of its own until the
-/// process exits; prints the bound address on stderr (useful with port 0).
+/// process exits; logs the bound address (useful with port 0).
 pub(crate) fn start(addr: &str, location: Location) -> anyhow::Result<MetricsHandle> {
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| BadInput(format!("--metrics-addr {addr}: cannot listen there: {e}")))?;
@@ -165,7 +165,11 @@ pub(crate) fn start(addr: &str, location: Location) -> anyhow::Result<MetricsHan
         .name("metrics".into())
         .spawn(move || tokio::task::LocalSet::new().block_on(&rt, serve(listener, Rc::new(state))))
         .context("starting the metrics server")?;
-    eprintln!("keyorder work: metrics on http://{bound}/metrics, health on http://{bound}/healthz");
+    tracing::info!(
+        metrics = format!("http://{bound}/metrics").as_str(),
+        health = format!("http://{bound}/healthz").as_str(),
+        "serving metrics and the health check"
+    );
     Ok(handle)
 }
 

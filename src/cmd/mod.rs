@@ -20,6 +20,7 @@ mod enqueue;
 mod history;
 mod lag;
 mod layout;
+pub(crate) mod logging;
 mod metrics;
 mod migrate;
 mod pin;
@@ -30,12 +31,16 @@ mod route;
 pub(crate) mod runtime;
 mod switch;
 mod work;
+mod worker_log;
 mod workers;
 
 /// Operate a per-key ordered, partitioned webhook queue.
 #[derive(Debug, Parser)]
 #[command(name = "keyorder", version, about, long_about = None)]
 pub struct Cli {
+    /// The logging flags, global to every command.
+    #[command(flatten)]
+    pub log: logging::LogArgs,
     #[command(subcommand)]
     command: Command,
 }

@@ -111,7 +111,7 @@ pub fn pins(args: PinsArgs) -> anyhow::Result<()> {
             }
         }
         if current.is_empty() && !args.json {
-            eprintln!("no pinned keys");
+            tracing::info!("no pinned keys");
         }
         Ok(())
     })?

@@ -169,7 +169,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         });
         std::fs::write(path, keyorder::html::plan_page::render(&plan, live.as_ref()))
             .with_context(|| format!("cannot write the plan page to {}", path.display()))?;
-        eprintln!("plan page written to {}", path.display());
+        tracing::info!(path = %path.display(), "plan page written");
     }
     match verdict {
         Some(v) if !v.safe => Err(NotSafe.into()),
@@ -214,11 +214,11 @@ async fn live_queue(
             &clock,
             std::time::Duration::from_secs(secs),
             std::time::Duration::from_secs(1),
-            |d| eprintln!("waiting to drain: {d} event(s) still queued"),
+            |d| tracing::info!(queued = d, "waiting to drain: {d} event(s) still queued"),
         )
         .await?;
         if !drained {
-            eprintln!("not drained after {secs} s: do NOT switch");
+            tracing::warn!(waited_s = secs, "not drained after {secs} s: do NOT switch");
         }
     }
     let lag = client.lag().await?;

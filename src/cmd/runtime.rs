@@ -102,7 +102,7 @@ impl LockWaitArgs {
         let mut admin = db.admin(mode).await?;
         admin.bound_lock_waits(
             LockWait::within(Duration::from_secs(self.lock_wait)),
-            Box::new(|notice| eprintln!("{notice}")),
+            Box::new(|notice| tracing::warn!("{notice}")),
         );
         Ok(admin)
     }

@@ -11,7 +11,7 @@ use keyorder::http::{EndpointDirectory, RoutedDeliverer};
 use keyorder::retry::RetryPolicy;
 use keyorder::store::admin::Admin;
 use keyorder::store::open::{Location, OpenMode, SessionBounding, StoreFactory, StoreOptions};
-use keyorder::worker::{self, WorkerConfig};
+use keyorder::worker::WorkerConfig;
 use keyorder::PartitionCount;
 
 use super::bad_input::BadInput;
@@ -212,7 +212,7 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
         let mut admin = location.open_admin(OpenMode::Create).await.map_err(open_error)?;
         let resolved = super::layout::resolve(&mut admin, expected).await?;
         if let super::layout::Resolved::RecordedNow(l) = resolved {
-            eprintln!("keyorder work: recorded {} partitions in the database (every command uses it now; `keyorder switch` changes it)", l.partitions);
+            tracing::info!(partitions = l.partitions.get(), "recorded the partition count in the database (every command uses it now; `keyorder switch` changes it)");
         }
         anyhow::Ok(resolved.layout().partitions)
     })??;
@@ -220,15 +220,16 @@ pub fn work(args: WorkArgs) -> anyhow::Result<()> {
     block_on(async {
         match location.open_admin(OpenMode::Existing).await {
             Ok(admin) => report_audit(&admin, settings.metrics.as_ref()).await,
-            Err(e) => eprintln!("keyorder work: could not audit the queue's routing: {e}"),
+            Err(e) => audit_failed(&e),
         }
     })?;
     start_auditor(location.clone(), settings.metrics.clone())?;
     match block_on(stores.bound_sessions())?.context("bounding the store's sessions")? {
-        SessionBounding::ServerEnds(after) => eprintln!(
-            "keyorder work: the server ends a session silent for {after:?}; a frozen or cut-off worker's partitions move after it"
+        SessionBounding::ServerEnds(after) => tracing::info!(
+            session_timeout_ms = after.as_millis() as u64,
+            "the server ends a session silent this long; a frozen or cut-off worker's partitions move after it"
         ),
-        SessionBounding::Partial(what) => eprintln!("keyorder work: WARNING: {what}"),
+        SessionBounding::Partial(what) => tracing::warn!("{what}"),
         _ => {}
     }
     let load = move || {
@@ -300,11 +301,16 @@ async fn report_audit(admin: &impl Admin, metrics: Option<&super::metrics::Metri
                 m.set_audit(&audit);
             }
             if let Some(text) = audit.summary() {
-                eprintln!("keyorder work: WARNING: {text} (see `keyorder lag`)");
+                tracing::warn!("{text} (see `keyorder lag`)");
             }
         }
-        Err(e) => eprintln!("keyorder work: could not audit the queue's routing: {e:#}"),
+        Err(e) => audit_failed(&e),
     }
+}
+
+/// Logs a failed routing audit (it must not stop the worker).
+fn audit_failed(error: &dyn std::fmt::Display) {
+    tracing::warn!(error = format!("{error:#}").as_str(), "could not audit the queue's routing");
 }
 
 /// Audits the queue every [`AUDIT_PERIOD`] on a thread of its own.
@@ -319,11 +325,11 @@ fn start_auditor(
             let run = block_on(async {
                 match location.open_admin(OpenMode::Existing).await {
                     Ok(admin) => report_audit(&admin, metrics.as_ref()).await,
-                    Err(e) => eprintln!("keyorder work: could not audit the queue's routing: {e}"),
+                    Err(e) => audit_failed(&e),
                 }
             });
             if let Err(e) = run {
-                eprintln!("keyorder work: could not audit the queue's routing: {e:#}");
+                audit_failed(&e);
             }
         })
         .context("starting the routing auditor")?;
@@ -345,7 +351,7 @@ fn run_threads(
     let directory = EndpointDirectory::default();
     let rows = load_endpoints().context("reading the keyorder_endpoint table")?;
     if !rows.is_empty() {
-        eprintln!("keyorder work: {} key(s) with endpoints of their own", rows.len());
+        tracing::info!(keys = rows.len(), "keys with endpoints of their own");
     }
     directory.replace(settings.delivery.endpoint_table(&rows));
     {
@@ -356,14 +362,20 @@ fn run_threads(
                 std::thread::sleep(ENDPOINT_RELOAD);
                 match load_endpoints() {
                     Ok(rows) => directory.replace(delivery.endpoint_table(&rows)),
-                    Err(e) => eprintln!("keyorder work: keeping the endpoint table: {e:#}"),
+                    Err(e) => tracing::warn!(
+                        error = format!("{e:#}").as_str(),
+                        "could not re-read the endpoint table; keeping the one in use"
+                    ),
                 }
             })
             .context("starting the endpoint reloader")?;
     }
-    eprintln!(
-        "keyorder work: {} delivering {} partitions to {} on {} thread(s); SIGINT or SIGTERM stops after the in-flight deliveries",
-        settings.name, threads.partitions, settings.delivery.deliver, threads.count
+    tracing::info!(
+        worker = settings.name.as_str(),
+        partitions = threads.partitions.get(),
+        deliver = settings.delivery.deliver.as_str(),
+        threads = threads.count,
+        "delivering; SIGINT or SIGTERM stops after the in-flight deliveries"
     );
     let Threads { count: threads, when, .. } = threads;
     let history = settings.history.clone();
@@ -371,10 +383,12 @@ fn run_threads(
         let mut config = settings.config();
         let name = super::workers::loop_name(&settings.name, index, threads);
         config.observer = Some(match &settings.metrics {
-            Some(m) => m.wrap(name.clone(), observer(name.clone())),
-            None => observer(name.clone()),
+            Some(m) => m.wrap(name.clone(), super::worker_log::observer(name.clone())),
+            None => super::worker_log::observer(name.clone()),
         });
         let deliverer = RoutedDeliverer::new(settings.delivery.deliverer()?, directory.clone());
+        let deliverer =
+            super::worker_log::Logging::new(deliverer, &name, settings.retry.max_attempts());
         let deliverer = super::metrics::Counting::new(
             deliverer,
             settings.metrics.as_ref(),
@@ -393,9 +407,11 @@ fn run_threads(
         anyhow::bail!("the history file is incomplete: writing it failed: {e}");
     }
     let workers = &report.workers;
-    eprintln!(
-        "keyorder work: stopped; leases taken {}, given back {}, lost {}",
-        workers.acquired, workers.released, workers.lost
+    tracing::info!(
+        taken = workers.acquired,
+        given_back = workers.released,
+        lost = workers.lost,
+        "stopped; leases taken, given back and lost"
     );
     match report.drained {
         None => Ok(()),
@@ -407,9 +423,9 @@ fn run_threads(
 /// an error (exit 1) saying what happened otherwise.
 fn until_empty_outcome(d: super::workers::Drained) -> anyhow::Result<()> {
     if d.depth_after > 0 {
-        eprintln!(
-            "keyorder work: {} row(s) were enqueued after the queue was seen empty; they wait for the next run",
-            d.depth_after
+        tracing::info!(
+            rows = d.depth_after,
+            "rows were enqueued after the queue was seen empty; they wait for the next run"
         );
     }
     if !d.empty {
@@ -425,34 +441,6 @@ fn until_empty_outcome(d: super::workers::Drained) -> anyhow::Result<()> {
             d.dead_letters
         );
     }
-    eprintln!("keyorder work: the queue is empty; no dead letters written during the run");
+    tracing::info!("the queue is empty; no dead letters written during the run");
     Ok(())
-}
-
-/// Prints lease changes and store failures on stderr, named by the worker loop (`--name`, or
-/// `NAME-INDEX` with several threads) with each lease's partition and epoch.
-fn observer(name: String) -> worker::Observer {
-    worker::Observer(std::rc::Rc::new(move |e: &worker::WorkerEvent| {
-        use worker::WorkerEvent as E;
-        match e {
-            E::Acquired { partition, epoch } => {
-                eprintln!("{name}: leased partition {partition} (epoch {epoch})")
-            }
-            E::Released { partition, epoch } => {
-                eprintln!("{name}: gave back partition {partition} (epoch {epoch})")
-            }
-            E::Lost { partition, epoch, error } => {
-                eprintln!("{name}: LOST partition {partition} (epoch {epoch}): {error}")
-            }
-            E::DrainRefused { partition, error } => {
-                eprintln!(
-                    "{name}: BUG: partition {partition} refused an input, gave it back: {error}"
-                )
-            }
-            E::StoreUnavailable { error } => {
-                eprintln!("{name}: store unavailable, reconnecting: {error}")
-            }
-            _ => {}
-        }
-    }))
 }

@@ -141,18 +141,20 @@ fn sigterm_finishes_in_flight_work_and_releases_every_lease() {
             .find(|l| l.contains("stopped; leases taken"))
             .unwrap_or_default()
             .to_owned();
+        let field = |name: &str| -> Option<u64> {
+            let at = summary.find(&format!(" {name}="))? + name.len() + 2;
+            summary[at..].split(' ').next()?.parse().ok()
+        };
         let numbers: Vec<u64> =
-            summary.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect();
+            ["taken", "given_back", "lost"].iter().filter_map(|n| field(n)).collect();
         assert!(
             numbers.len() == 3 && numbers[0] >= 1 && numbers[0] == numbers[1] && numbers[2] == 0,
             "{}",
             out.1
         );
-        assert!(
-            out.1.contains("leased partition 0 (epoch") && out.1.contains("gave back partition 0"),
-            "{}",
-            out.1
-        );
+        let logged =
+            |what: &str| out.1.lines().any(|l| l.contains(what) && l.contains(" partition=0 "));
+        assert!(logged("leased partition") && logged("gave back partition"), "{}", out.1);
         let held: i64 = c
             .query_one(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 4711",

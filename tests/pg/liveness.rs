@@ -393,11 +393,14 @@ fn worker_taken_away(test: &str, fault: Fault, timings: Timings) -> Option<Durat
     // Time for a to notice: its sessions are gone.
     std::thread::sleep(Duration::from_millis(1_500));
     let (a_err, b_err) = (a.stop(), b.stop());
-    assert!(a_err.contains("a: LOST partition"), "a lost its leases:\n{a_err}");
+    let said = |err: &str, who: &str, what: &str| {
+        err.lines().any(|l| l.contains(what) && l.contains(&format!("worker=\"{who}\"")))
+    };
+    assert!(said(&a_err, "a", "LOST partition"), "a lost its leases:\n{a_err}");
     if fault == Fault::Blackhole {
         assert!(a_err.contains("did not answer"), "a's calls timed out:\n{a_err}");
     }
-    assert!(b_err.contains("b: leased partition"), "{b_err}");
+    assert!(said(&b_err, "b", "leased partition"), "{b_err}");
     judge(fault, &c, &ea, &eb, taken_away_at, &a_err, &b_err);
     Some(resume)
 }

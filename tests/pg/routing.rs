@@ -100,7 +100,7 @@ fn the_count_lives_in_the_database_and_misplaced_rows_are_reported() {
         "",
     );
     assert!(
-        text(&o).contains("WARNING") && text(&o).contains("\"stray_key\" on 70"),
+        text(&o).contains(" WARN ") && text(&o).contains("\"stray_key\" on 70"),
         "{}",
         text(&o)
     );

@@ -18,6 +18,7 @@ mod durability;
 mod endpoints;
 mod fixture;
 mod lease_clock;
+mod logs;
 mod metrics;
 mod routing;
 mod sigstop;
