@@ -25,7 +25,7 @@ fn work(url: &str, l: &Listeners, extra: &[&str], dead_letters: bool) {
 
 #[test]
 fn rows_at_private_addresses_are_refused_unless_allowed() {
-    let Some(pg) = PgServer::start("address_policy") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("address_policy");
     ok(&["migrate", "--database", &url], "");
     let l = Listeners::start();
@@ -61,7 +61,7 @@ fn rows_at_private_addresses_are_refused_unless_allowed() {
 
 #[test]
 fn endpoints_set_list_rm_validate_each_row() {
-    let Some(pg) = PgServer::start("endpoints_cmd") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("endpoints_cmd");
     ok(&["migrate", "--database", &url], "");
     let db = ["--database", url.as_str()];

@@ -44,7 +44,7 @@ async fn version(c: &tokio_postgres::Client) -> i32 {
 #[test]
 #[allow(clippy::disallowed_methods)] // a test deadline in wall time
 fn a_migration_behind_an_open_transaction_gives_up_and_never_holds_up_producers() {
-    let Some(pg) = PgServer::start("a_migration_behind_an_open_transaction") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("migrate_locks");
     block_on(async {
         let mut c = client(&url).await;
@@ -132,7 +132,7 @@ fn a_migration_behind_an_open_transaction_gives_up_and_never_holds_up_producers(
 /// ends during its wait, it goes through.
 #[test]
 fn a_switch_behind_an_open_producer_transaction_reports_gives_up_then_goes_through() {
-    let Some(pg) = PgServer::start("a_switch_behind_an_open_producer") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("switch_locks");
     block_on(async {
         let c = migrated(&url).await;
@@ -194,7 +194,7 @@ fn a_switch_behind_an_open_producer_transaction_reports_gives_up_then_goes_throu
 /// insert fails on its lock timeout.
 #[test]
 fn migration_9_builds_its_index_without_holding_off_writes() {
-    let Some(pg) = PgServer::start("migration_9_builds_its_index") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("migrate_concurrently");
     block_on(async {
         let mut c = client(&url).await;

@@ -1,12 +1,12 @@
 //! A throwaway PgBouncer (Debian's `pgbouncer`) in front of a throwaway server, in the pooling
-//! mode a test asks for. Skips loudly when pgbouncer is not installed, and fails instead when
-//! `KEYORDER_REQUIRE_PG=1` (CI sets it, and `.ci/run` installs pgbouncer).
+//! mode a test asks for. Reported as not run ([`crate::skip`]) when pgbouncer is not installed,
+//! and fails instead when `KEYORDER_REQUIRE_PG=1` (CI sets it, and `.ci/run` installs it).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::harness::{is_root, require, PgServer};
+use super::harness::{is_root, PgServer, REQUIRE};
 
 pub struct Bouncer {
     dir: PathBuf,
@@ -24,17 +24,12 @@ fn found() -> bool {
 
 impl Bouncer {
     /// Starts PgBouncer in `mode` (`session`, `transaction`, `statement`) in front of `pg`, with
-    /// `pool_size` server connections per database and user, or returns `None` (after saying
-    /// so loudly) when pgbouncer is not installed and not required.
+    /// `pool_size` server connections per database and user, or returns `None` (after reporting
+    /// the test as not run) when pgbouncer is not installed and not required.
     #[allow(clippy::disallowed_methods)] // a deadline in wall time for a real process
     pub fn start(pg: &PgServer, mode: &str, pool_size: u32, test: &str) -> Option<Bouncer> {
-        if !found() {
-            let msg = format!("pgbouncer not found: SKIPPING connection-pooler test {test}");
-            assert!(
-                !require(),
-                "{msg}, but KEYORDER_REQUIRE_PG=1 requires it (apt-get install pgbouncer)"
-            );
-            eprintln!("\n!!!!! {msg} !!!!!\n");
+        if crate::skip::hidden("pgbouncer") || !found() {
+            crate::skip::skip("PgBouncer (Debian: apt-get install pgbouncer)", REQUIRE);
             return None;
         }
         let dir =

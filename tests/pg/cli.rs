@@ -50,7 +50,7 @@ pub(super) fn psql(pg: &PgServer, db: &str, sql: &str) -> String {
 
 #[test]
 fn bad_input_is_refused_clearly_and_nothing_is_lost() {
-    let Some(pg) = PgServer::start("cli_bad_input") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("cli");
     // Unknown tables: the commands say to migrate.
     let o = keyorder(&["lag", "--database", &url], "");
@@ -94,7 +94,7 @@ fn bad_input_is_refused_clearly_and_nothing_is_lost() {
 
 #[test]
 fn plan_database_says_safe_only_when_drained_and_unsplit() {
-    let Some(pg) = PgServer::start("cli_plan_database") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("plan");
     assert!(keyorder(&["migrate", "--database", &url], "").status.success());
     let events: String = (0..30)
@@ -132,7 +132,7 @@ fn plan_database_says_safe_only_when_drained_and_unsplit() {
 
 #[test]
 fn an_online_switch_needs_consent_and_the_count_in_force() {
-    let Some(pg) = PgServer::start("cli_switch") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("switch");
     assert!(keyorder(&["migrate", "--database", &url], "").status.success());
     let o = keyorder(&["switch", "--database", &url, "--from", "16", "--to", "32"], "");
@@ -175,7 +175,7 @@ fn an_online_switch_needs_consent_and_the_count_in_force() {
 
 #[test]
 fn work_until_empty_exits_1_for_dead_letters_of_its_own_run_only() {
-    let Some(pg) = PgServer::start("cli_until_empty") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("until_empty");
     assert!(keyorder(&["migrate", "--database", &url], "").status.success());
     #[allow(clippy::disallowed_methods)] // the endpoint's clock
@@ -198,7 +198,7 @@ fn work_until_empty_exits_1_for_dead_letters_of_its_own_run_only() {
 
 #[test]
 fn lag_carries_the_heads_last_error_and_next_attempt() {
-    let Some(pg) = PgServer::start("cli_lag_head") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("lag_head");
     assert!(keyorder(&["migrate", "--database", &url], "").status.success());
     let input = "{\"event_id\":\"e1\",\"subscription_id\":\"sub_1\"}\n{\"event_id\":\"e2\",\"subscription_id\":\"sub_1\"}\n";
@@ -230,7 +230,7 @@ fn lag_carries_the_heads_last_error_and_next_attempt() {
 
 #[test]
 fn dlq_list_pages_with_limit_and_after() {
-    let Some(pg) = PgServer::start("cli_dlq_pages") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("dlq_pages");
     assert!(keyorder(&["migrate", "--database", &url], "").status.success());
     psql(

@@ -12,7 +12,7 @@ use super::util::*;
 
 #[test]
 fn a_reference_producer_is_delivered_in_order() {
-    let Some(pg) = PgServer::start("reference_producer") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("compat");
     #[allow(clippy::disallowed_methods)]
     let endpoint = Endpoint::start(Instant::now());

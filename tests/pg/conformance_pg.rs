@@ -87,7 +87,7 @@ impl Fixture for PgFixture {
 
 #[test]
 fn postgres_conforms() {
-    let Some(pg) = PgServer::start("postgres_conforms") else { return };
+    let Some(pg) = PgServer::start() else { return };
     block_on(conformance::all(|name| {
         let url = pg.create_db(&format!("conf_{name}"));
         async move {

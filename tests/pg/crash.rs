@@ -51,7 +51,7 @@ fn mid_drain(
     after: &[&str],
     disrupt: impl FnOnce(&PgServer, &mut [Child]),
 ) {
-    let Some(pg) = PgServer::start(test) else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db(test);
     #[allow(clippy::disallowed_methods)]
     let endpoint = Endpoint::start(Instant::now());
@@ -98,7 +98,7 @@ fn a_postgres_restart_mid_drain_loses_nothing() {
 
 #[test]
 fn sigterm_finishes_in_flight_work_and_releases_every_lease() {
-    let Some(pg) = PgServer::start("sigterm") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("sigterm");
     #[allow(clippy::disallowed_methods)]
     let endpoint = Endpoint::start(Instant::now());

@@ -88,7 +88,7 @@ fn produce(url: String, rounds_done: Arc<AtomicUsize>) -> Vec<String> {
 #[test]
 #[allow(clippy::disallowed_methods)] // real processes and servers, waited for with deadlines
 fn failover_to_a_promoted_standby_reorders_nothing_and_loses_nothing_acknowledged() {
-    let Some(primary) = PgServer::start("failover") else { return };
+    let Some(primary) = PgServer::start() else { return };
     let direct = primary.create_db("failover");
     let o = keyorder(&["migrate", "--database", &direct, "--partitions", "16"], "");
     assert!(o.status.success(), "{}", text(&o));

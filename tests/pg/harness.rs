@@ -1,7 +1,7 @@
 //! A throwaway PostgreSQL server per test binary (or per test that restarts it): initdb into a
 //! temporary folder, run as the `postgres` user when we are root (PostgreSQL refuses root), on
-//! a free port with a private socket folder. Skips loudly when no server binaries exist, and
-//! fails instead when `KEYORDER_REQUIRE_PG=1` (CI sets it).
+//! a free port with a private socket folder. Reported as not run ([`crate::skip`]) when no
+//! server binaries exist, and fails instead when `KEYORDER_REQUIRE_PG=1` (CI sets it).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -15,10 +15,8 @@ pub struct PgServer {
     as_postgres: bool,
 }
 
-/// Whether a missing server (or pooler) must fail the test instead of skipping it.
-pub fn require() -> bool {
-    std::env::var("KEYORDER_REQUIRE_PG").is_ok_and(|v| v == "1")
-}
+/// The variable that makes a missing server (or pooler) fail the test instead of skipping it.
+pub const REQUIRE: &str = "KEYORDER_REQUIRE_PG";
 
 fn found(bin: &str) -> bool {
     Command::new("sh")
@@ -37,13 +35,13 @@ pub fn is_root() -> bool {
 }
 
 impl PgServer {
-    /// Starts a server, or returns `None` (after saying so loudly) when PostgreSQL is not
-    /// installed and not required.
-    pub fn start(test: &str) -> Option<PgServer> {
-        if !(found("initdb") && found("pg_ctl")) {
-            let msg = format!("PostgreSQL server binaries (initdb, pg_ctl) not found: SKIPPING PostgreSQL test {test}");
-            assert!(!require(), "{msg}, but KEYORDER_REQUIRE_PG=1 requires them");
-            eprintln!("\n!!!!! {msg} !!!!!\n");
+    /// Starts a server, or returns `None` (after reporting the test as not run) when
+    /// PostgreSQL is not installed and not required.
+    pub fn start() -> Option<PgServer> {
+        if crate::skip::hidden("postgresql") || !(found("initdb") && found("pg_ctl")) {
+            let needs =
+                "PostgreSQL's initdb and pg_ctl on PATH (Debian: apt-get install postgresql)";
+            crate::skip::skip(needs, REQUIRE);
             return None;
         }
         let n = NEXT.fetch_add(1, Ordering::Relaxed);

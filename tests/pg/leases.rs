@@ -18,7 +18,7 @@ use super::util::*;
 
 #[test]
 fn one_session_per_partition_and_a_killed_holder_hands_over() {
-    let Some(pg) = PgServer::start("one_session_per_partition") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("leases");
     block_on(async {
         let c = migrated(&url).await;
@@ -60,7 +60,7 @@ fn one_session_per_partition_and_a_killed_holder_hands_over() {
 
 #[test]
 fn a_second_worker_gets_its_fair_share() {
-    let Some(pg) = PgServer::start("a_second_worker_gets_its_fair_share") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("fair");
     #[allow(clippy::disallowed_methods)]
     let endpoint = Endpoint::start(Instant::now());
@@ -137,7 +137,7 @@ async fn wait_for(what: &str, cond: impl Fn() -> bool) {
 /// read at once; a hand-back with a delivery possibly out, or a killed session, does not.
 #[test]
 fn a_clean_hand_back_is_recorded_under_the_lease_and_a_lost_one_is_not() {
-    let Some(pg) = PgServer::start("a_clean_hand_back_is_recorded") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("handover");
     block_on(async {
         let c = migrated(&url).await;
@@ -186,7 +186,7 @@ fn a_clean_hand_back_is_recorded_under_the_lease_and_a_lost_one_is_not() {
 /// A database that had leases before the hand-back record existed knows no clean hand-back.
 #[test]
 fn an_upgraded_database_starts_every_partition_unclean() {
-    let Some(pg) = PgServer::start("an_upgraded_database_starts_unclean") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("upgraded");
     block_on(async {
         let c = migrated(&url).await;
@@ -211,7 +211,7 @@ fn an_upgraded_database_starts_every_partition_unclean() {
 /// lease taken after them runs on that same backend.
 #[test]
 fn failed_lease_tries_reuse_one_connection() {
-    let Some(pg) = PgServer::start("failed_tries_reuse") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("spares");
     block_on(async {
         let c = migrated(&url).await;
@@ -263,7 +263,7 @@ fn failed_lease_tries_reuse_one_connection() {
 /// simulation's catalogue checks the same as `cursor-past-parked`.)
 #[test]
 fn an_unparked_keys_rows_behind_the_cursor_go_before_its_later_ones() {
-    let Some(pg) = PgServer::start("an_unparked_keys_rows_behind_the_cursor") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("unpark");
     block_on(async {
         let c = migrated(&url).await;
@@ -311,7 +311,7 @@ fn an_unparked_keys_rows_behind_the_cursor_go_before_its_later_ones() {
 /// simulation's catalogue checks the same as `cursor-past-late-commit`.)
 #[test]
 fn a_row_committed_behind_the_cursor_goes_before_its_keys_next_row() {
-    let Some(pg) = PgServer::start("a_row_committed_behind_the_cursor") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("late_commit");
     block_on(async {
         let c = migrated(&url).await;
@@ -381,7 +381,7 @@ fn a_row_committed_behind_the_cursor_goes_before_its_keys_next_row() {
 /// after an earlier row of the batch took its seq) must still go before its key's next row.
 #[test]
 fn an_enqueue_held_open_behind_the_cursor_goes_before_its_keys_next_row() {
-    let Some(pg) = PgServer::start("an_enqueue_held_open_behind_the_cursor") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("late_enqueue");
     block_on(async {
         let mut c = migrated(&url).await;
@@ -447,7 +447,7 @@ fn an_enqueue_held_open_behind_the_cursor_goes_before_its_keys_next_row() {
 /// of the empty partition against 0.06 ms now.
 #[test]
 fn the_head_read_never_plans_a_walk_of_the_queue() {
-    let Some(pg) = PgServer::start("the_head_read_never_plans_a_walk") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("probe_plan");
     block_on(async {
         let c = migrated(&url).await;
@@ -550,7 +550,7 @@ async fn wait_for_a_lock_wait(c: &tokio_postgres::Client) {
 /// simulation once it ran this store's rules).
 #[test]
 fn a_head_read_again_after_its_retry_time_no_longer_waits() {
-    let Some(pg) = PgServer::start("a_head_read_again_after_its_retry_time") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("wait");
     block_on(async {
         let c = migrated(&url).await;
@@ -584,7 +584,7 @@ fn a_head_read_again_after_its_retry_time_no_longer_waits() {
 /// skipped this test fails at the ended session.
 #[test]
 fn a_holder_stopped_between_a_served_head_and_its_send_proves_its_session_first() {
-    let Some(pg) = PgServer::start("a_holder_stopped_between_a_served_head") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("stopped_holder");
     block_on(async {
         let mut c = migrated(&url).await;

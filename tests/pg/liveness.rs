@@ -327,7 +327,7 @@ enum Fault {
 /// Returns how long after the fault `b` had delivered on every partition `a` held.
 #[allow(clippy::disallowed_methods)] // the endpoints' clock is wall time
 fn worker_taken_away(test: &str, fault: Fault, timings: Timings) -> Option<Duration> {
-    let pg = PgServer::start(test)?;
+    let pg = PgServer::start()?;
     let url = pg.create_db(test);
     let keys = covering_keys();
     let c = rt().block_on(async {
@@ -503,7 +503,7 @@ fn a_blackholed_workers_partitions_move_within_the_bound_and_it_logs_its_loss() 
 #[test]
 #[allow(clippy::disallowed_methods)] // wall-time deadlines
 fn a_healthy_worker_keeps_its_leases_for_many_bounds() {
-    let Some(pg) = PgServer::start("liveness_healthy") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("liveness_healthy");
     let keys: Vec<String> = (0..32).map(|i| format!("sub_{i}")).collect();
     let c = rt().block_on(async {

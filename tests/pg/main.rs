@@ -1,5 +1,8 @@
 //! Tests against a real PostgreSQL 15 server that the tests start themselves (see harness).
 
+#[path = "../skip/mod.rs"]
+mod skip;
+
 mod bouncer;
 #[path = "../conformance/mod.rs"]
 mod conformance;

@@ -41,7 +41,7 @@ fn wait_for(port: u16, want: u16, within: Duration, what: &str) {
 #[test]
 #[allow(clippy::disallowed_methods)] // a real-time test of a real process
 fn healthz_is_503_while_the_store_is_down_and_200_after_it_returns() {
-    let Some(pg) = PgServer::start("metrics_healthz") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("metrics_healthz");
     let migrate = Command::new(env!("CARGO_BIN_EXE_keyorder"))
         .args(["migrate", "--database", &url])

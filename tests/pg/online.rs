@@ -15,7 +15,7 @@ use super::util::*;
 
 #[test]
 fn an_online_switch_keeps_per_key_order_without_a_write_pause() {
-    let Some(pg) = PgServer::start("online_switch") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("online");
     #[allow(clippy::disallowed_methods)]
     let endpoint = Endpoint::start(Instant::now());

@@ -11,7 +11,7 @@ use super::util::*;
 
 #[test]
 fn per_key_order_holds_with_eight_workers() {
-    let Some(pg) = PgServer::start("per_key_order_holds_with_eight_workers") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("ordering");
     #[allow(clippy::disallowed_methods)] // the endpoint's wall-clock origin
     let endpoint = Endpoint::start(Instant::now());

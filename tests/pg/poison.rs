@@ -11,7 +11,7 @@ use super::util::*;
 
 #[test]
 fn a_poison_event_is_dead_lettered_after_exactly_max_attempts() {
-    let Some(pg) = PgServer::start("poison") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("poison");
     #[allow(clippy::disallowed_methods)]
     let endpoint = Endpoint::start(Instant::now());

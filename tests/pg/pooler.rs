@@ -39,7 +39,7 @@ fn refused(o: &Output, mode: &str) {
 
 #[test]
 fn transaction_pooling_refuses_work_before_a_lease_and_serves_enqueue_and_lag() {
-    let Some(pg) = PgServer::start("pooler_transaction") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let direct = pg.create_db("pooled_tx");
     let Some(bouncer) = Bouncer::start(&pg, "transaction", 4, "pooler_transaction") else {
         return;
@@ -86,7 +86,7 @@ fn transaction_pooling_refuses_work_before_a_lease_and_serves_enqueue_and_lag() 
 #[test]
 #[allow(clippy::disallowed_methods)] // real processes, waited for with a deadline
 fn session_pooling_delivers_every_event_in_order_with_three_workers() {
-    let Some(pg) = PgServer::start("pooler_session") else { return };
+    let Some(pg) = PgServer::start() else { return };
     pg.create_db("pooled_session");
     let Some(bouncer) = Bouncer::start(&pg, "session", 60, "pooler_session") else { return };
     let url = bouncer.url("pooled_session");
@@ -143,7 +143,7 @@ fn a_lease_moved_to_another_server_connection_is_given_up() {
     use keyorder::store::postgres::{self, PgOptions, PgStore};
     use keyorder::store::{LeaseSession, Store, StoreError};
 
-    let Some(pg) = PgServer::start("pooler_moved") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let direct = pg.create_db("pooled_moved");
     let Some(bouncer) = Bouncer::start(&pg, "transaction", 2, "pooler_moved") else { return };
     let url = bouncer.url("pooled_moved");

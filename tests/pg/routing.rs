@@ -15,7 +15,7 @@ fn events(first: usize, n: usize, key: impl Fn(usize) -> String) -> String {
 
 #[test]
 fn the_count_lives_in_the_database_and_misplaced_rows_are_reported() {
-    let Some(pg) = PgServer::start("routing_db") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("routing");
     let o = keyorder(&["migrate", "--database", &url, "--partitions", "64"], "");
     assert!(text(&o).contains("recorded the partition count: 64"), "{}", text(&o));
@@ -108,7 +108,7 @@ fn the_count_lives_in_the_database_and_misplaced_rows_are_reported() {
 
 #[test]
 fn a_pin_routes_plain_sql_inserts_and_bounds_a_switch() {
-    let Some(pg) = PgServer::start("routing_pin") else { return };
+    let Some(pg) = PgServer::start() else { return };
     let url = pg.create_db("pins");
     assert!(keyorder(&["migrate", "--database", &url], "").status.success());
     let o =

@@ -2,6 +2,9 @@
 //! file untouched), the store conformance suite, and two worker processes on one file with one
 //! of them stopped past its lease expiry.
 
+#[path = "../skip/mod.rs"]
+mod skip;
+
 #[path = "../pg/endpoint.rs"]
 mod endpoint;
 
@@ -22,5 +25,6 @@ mod logs;
 mod metrics;
 mod routing;
 mod sigstop;
+mod skips;
 mod stopped_writer;
 mod threads;
