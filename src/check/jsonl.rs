@@ -15,7 +15,7 @@
 //! [`parse_receiver`] takes only what an endpoint can log (`delivery` records with arrival,
 //! answer, event id, key and seq) and says which kinds it cannot judge.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 use std::time::Duration;
 
@@ -380,11 +380,11 @@ impl Build {
             d.partition = PartitionId(0);
             h.deliveries.push(d);
         }
+        let accepted: BTreeSet<Seq> =
+            h.deliveries.iter().filter(|d| d.outcome == Outcome::Accepted).map(|d| d.seq).collect();
         for (id, at) in last {
             let seq = seqs[&id];
-            let accepted =
-                h.deliveries.iter().any(|d| d.seq == seq && d.outcome == Outcome::Accepted);
-            if !accepted {
+            if !accepted.contains(&seq) {
                 let reason = "never accepted: taken as dead-lettered at its last arrival".into();
                 h.dead_letters.push(DeadLettered { seq, reason, at });
             }

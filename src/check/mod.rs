@@ -16,6 +16,8 @@ use crate::ids::{PartitionId, Seq, Time};
 
 mod history;
 pub mod jsonl;
+#[cfg(test)]
+mod reference;
 mod report;
 mod rules;
 

@@ -1,7 +1,8 @@
 //! One function per finding kind. Each returns the count and the first counterexample in time.
 //! Every collection is a `BTreeMap` or a sorted `Vec`, so results never depend on hash order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use super::history::{DeadLettered, Delivery, Enqueued, History, Outcome};
 use super::Counterexample;
@@ -18,6 +19,8 @@ pub(super) struct Index<'h> {
     arrival_order: Vec<usize>,
     /// When each row left the queue (first acknowledgement or dead-letter).
     resolved_at: BTreeMap<Seq, Time>,
+    /// Each key's deliveries in arrival order.
+    key_arrivals: BTreeMap<&'h str, Vec<&'h Delivery>>,
 }
 
 impl<'h> Index<'h> {
@@ -31,7 +34,12 @@ impl<'h> Index<'h> {
         for (seq, at) in resolutions.chain(history.dead_letters.iter().map(|d| (d.seq, d.at))) {
             resolved_at.entry(seq).and_modify(|t: &mut Time| *t = (*t).min(at)).or_insert(at);
         }
-        Self { history, events, dead, arrival_order, resolved_at }
+        let mut key_arrivals: BTreeMap<&str, Vec<&Delivery>> = BTreeMap::new();
+        for &i in &arrival_order {
+            let d = &history.deliveries[i];
+            key_arrivals.entry(d.key.as_str()).or_default().push(d);
+        }
+        Self { history, events, dead, arrival_order, resolved_at, key_arrivals }
     }
 
     fn arrivals(&self) -> impl Iterator<Item = &'h Delivery> + '_ {
@@ -313,10 +321,14 @@ fn subtract(spans: Vec<(Time, Time)>, holes: &[(Time, Time)]) -> Vec<(Time, Time
     out
 }
 
-/// The time within `from..to` covered by `spans` (sorted, possibly overlapping).
+/// The time within `from..to` covered by `spans` (sorted and disjoint).
+///
+/// `spans` come from [`subtract`], so both their starts and their ends increase: the search
+/// starts at the first span ending after `from` and stops at the first starting at `to`.
 fn overlap(spans: &[(Time, Time)], from: Time, to: Time) -> std::time::Duration {
     let (mut covered, mut reached) = (std::time::Duration::ZERO, from);
-    for &(a, b) in spans {
+    let first = spans.partition_point(|&(_, b)| b <= from);
+    for &(a, b) in spans[first..].iter().take_while(|&&(a, _)| a < to) {
         let (a, b) = (a.max(reached), b.min(to));
         if b > a {
             covered += b.saturating_since(a);
@@ -327,27 +339,51 @@ fn overlap(spans: &[(Time, Time)], from: Time, to: Time) -> std::time::Duration 
 }
 
 /// Dead-lettered events followed by a delivery of a later event of their key.
+///
+/// Each key's arrivals, in arrival order, carry the highest seq from each one to the last: a
+/// dead letter is followed when that maximum, from its first arrival at or after it, is above
+/// its seq. Only the first counterexample scans for the delivery that follows.
 pub(super) fn gaps(index: &Index<'_>) -> Found {
+    let by_key = &index.key_arrivals;
+    let later_max: BTreeMap<&str, Vec<Seq>> = by_key
+        .iter()
+        .map(|(key, ds)| {
+            let mut max = Vec::with_capacity(ds.len());
+            let mut m = Seq(i64::MIN);
+            for d in ds.iter().rev() {
+                m = m.max(d.seq);
+                max.push(m);
+            }
+            max.reverse();
+            (*key, max)
+        })
+        .collect();
     let mut found = (0, None);
     let mut by_time: Vec<&DeadLettered> = index.history.dead_letters.iter().collect();
     by_time.sort_by_key(|d| (d.at, d.seq));
     for dl in by_time {
         let Some(ev) = index.events.get(&dl.seq) else { continue };
-        let next =
-            index.arrivals().find(|d| d.key == ev.key && d.seq > dl.seq && d.arrived_at >= dl.at);
-        if let Some(next) = next {
-            record(&mut found, || {
-                example(
-                    &ev.key,
-                    vec![ev.partition],
-                    &[(&ev.event_id, dl.seq, dl.at), (&next.event_id, next.seq, next.arrived_at)],
-                    format!(
-                        "seq {} was dead-lettered at {} ({}); seq {} followed",
-                        dl.seq, dl.at, dl.reason, next.seq
-                    ),
-                )
-            });
+        let (Some(ds), Some(max)) = (by_key.get(ev.key.as_str()), later_max.get(ev.key.as_str()))
+        else {
+            continue;
+        };
+        let from = ds.partition_point(|d| d.arrived_at < dl.at);
+        if max.get(from).is_none_or(|m| *m <= dl.seq) {
+            continue;
         }
+        record(&mut found, || {
+            let next =
+                ds[from..].iter().find(|d| d.seq > dl.seq).expect("the maximum says one follows");
+            example(
+                &ev.key,
+                vec![ev.partition],
+                &[(&ev.event_id, dl.seq, dl.at), (&next.event_id, next.seq, next.arrived_at)],
+                format!(
+                    "seq {} was dead-lettered at {} ({}); seq {} followed",
+                    dl.seq, dl.at, dl.reason, next.seq
+                ),
+            )
+        });
     }
     found
 }
@@ -363,14 +399,23 @@ pub(super) fn concurrent(index: &Index<'_>) -> Found {
     let mut hits: Vec<(Time, usize, usize)> = Vec::new();
     for mut list in by_partition.into_values() {
         list.sort_by_key(|&i| (deliveries[i].sent_at, i));
-        let mut active: Vec<usize> = Vec::new();
-        for i in list {
+        // The deliveries still in flight, by send order, and the same by end to retire them.
+        let mut active: BTreeSet<usize> = BTreeSet::new();
+        let mut ends: BinaryHeap<Reverse<(Time, usize)>> = BinaryHeap::new();
+        for (n, i) in list.iter().copied().enumerate() {
             let d = &deliveries[i];
-            active.retain(|&a| deliveries[a].end() > d.sent_at);
-            if let Some(&other) = active.first() {
-                hits.push((d.sent_at, other, i));
+            while let Some(Reverse((end, m))) = ends.peek().copied() {
+                if end > d.sent_at {
+                    break;
+                }
+                ends.pop();
+                active.remove(&m);
             }
-            active.push(i);
+            if let Some(&other) = active.first() {
+                hits.push((d.sent_at, list[other], i));
+            }
+            active.insert(n);
+            ends.push(Reverse((d.end(), n)));
         }
     }
     hits.sort();
@@ -460,6 +505,10 @@ fn same_layout_split(
 }
 
 /// The first delivery of a newer-layout event while an older-layout one is queued elsewhere.
+///
+/// A sweep over the key's arrivals: the key's rows enter the queued set at their enqueue and
+/// leave it at their resolution, and each arrival looks through the rows queued then, lowest
+/// seq first.
 fn cross_layout_split(
     index: &Index<'_>,
     key: &str,
@@ -468,12 +517,26 @@ fn cross_layout_split(
     if events.iter().all(|e| e.layout == events[0].layout) {
         return None;
     }
-    for d in index.arrivals().filter(|d| d.key == key) {
-        let Some(e) = index.events.get(&d.seq) else { continue };
+    let mut entering: Vec<&Enqueued> = events.to_vec();
+    entering.sort_by_key(|e| (e.at, e.seq));
+    let mut leaving: Vec<&Enqueued> = events.to_vec();
+    leaving.sort_by_key(|e| (resolved(index, e), e.seq));
+    let (mut next_in, mut next_out) = (0, 0);
+    let mut queued: BTreeMap<Seq, &Enqueued> = BTreeMap::new();
+    for d in index.key_arrivals.get(key).map_or(&[][..], Vec::as_slice) {
         let t = d.arrived_at;
-        let older = events.iter().find(|o| {
-            o.layout < e.layout && o.partition != d.partition && o.at <= t && resolved(index, o) > t
-        });
+        while let Some(o) = entering.get(next_in).filter(|o| o.at <= t) {
+            if resolved(index, o) > t {
+                queued.insert(o.seq, o);
+            }
+            next_in += 1;
+        }
+        while let Some(o) = leaving.get(next_out).filter(|o| resolved(index, o) <= t) {
+            queued.remove(&o.seq);
+            next_out += 1;
+        }
+        let Some(e) = index.events.get(&d.seq) else { continue };
+        let older = queued.values().find(|o| o.layout < e.layout && o.partition != d.partition);
         if let Some(o) = older {
             let note = format!(
                 "seq {} (layout {}) was delivered from partition {} while seq {} (layout {}) was still queued on partition {}",

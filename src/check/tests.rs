@@ -548,3 +548,114 @@ fn only_a_queued_earlier_event_of_the_same_key_makes_a_skip() {
     b.h.queued_at_end.clear();
     assert_eq!(only(&b.verdict()), vec![(Kind::Lost, 1)]);
 }
+
+/// The current rules against [`super::reference`], the rules as they were before each was made
+/// linear or n log n: on messy random histories (ties, overlaps, layouts, dead letters, events
+/// without enqueues) the verdicts agree field for field, counterexamples included.
+mod against_the_reference {
+    use proptest::prelude::*;
+
+    use super::super::reference as old;
+    use super::*;
+
+    fn reference_check(history: &History, config: &CheckConfig) -> Verdict {
+        let index = old::Index::new(history);
+        let findings = Kind::ALL
+            .iter()
+            .map(|&kind| {
+                let (count, first) = match kind {
+                    Kind::Reorder => old::reorder(&index),
+                    Kind::SplitKey => old::split_keys(&index),
+                    Kind::Lost => old::lost(&index),
+                    Kind::Concurrent => old::concurrent(&index),
+                    Kind::Skip => old::skips(&index),
+                    Kind::Stall => old::stalls(&index, config.stall_after),
+                    Kind::Gap => old::gaps(&index),
+                    Kind::Duplicate => old::duplicates(&index, false),
+                    Kind::StaleDuplicate => old::duplicates(&index, true),
+                    Kind::HeadOfLine => old::head_of_line(&index),
+                };
+                Finding { kind, count, first }
+            })
+            .collect();
+        Verdict {
+            events: history.enqueued.len(),
+            deliveries: history.deliveries.len(),
+            dead_lettered: history.dead_letters.len(),
+            findings,
+            not_judged: Vec::new(),
+        }
+    }
+
+    /// A history from a list of choices: small times (many ties), few keys and partitions,
+    /// two layouts, random outcomes and spans, some events dead-lettered, acknowledged or
+    /// listed as queued, and a few deliveries of events never enqueued.
+    fn messy(events: usize, choices: &[u16]) -> History {
+        let mut c = choices.iter().copied().cycle();
+        let mut next = move |n: u16| c.next().map_or(0, |x| x % n.max(1));
+        let mut h = History::default();
+        for i in 0..events {
+            h.enqueued.push(Enqueued {
+                event_id: format!("e{i}"),
+                key: format!("k{}", next(3)),
+                seq: Seq(i as i64 + 1),
+                partition: PartitionId(next(3)),
+                layout: u64::from(next(4) / 3),
+                at: Time::from_millis(u64::from(next(40))),
+            });
+        }
+        let deliveries = events * 2 + usize::from(next(8));
+        for _ in 0..deliveries {
+            let seq = i64::from(next(events as u16 + 1)) + 1;
+            let key =
+                h.enqueued.get(seq as usize - 1).map_or_else(|| "k0".to_owned(), |e| e.key.clone());
+            let partition = PartitionId(next(3));
+            let sent = u64::from(next(60));
+            let arrived = sent + u64::from(next(3));
+            let finished = match next(5) {
+                0 => None,
+                n => Some(Time::from_millis(arrived + u64::from(n) * u64::from(next(4)))),
+            };
+            let outcome =
+                if next(3) == 0 { Outcome::Rejected("HTTP 503".into()) } else { Outcome::Accepted };
+            h.deliveries.push(Delivery {
+                event_id: format!("e{}", seq - 1),
+                key,
+                seq: Seq(seq),
+                partition,
+                attempt: 1,
+                worker: format!("w{}", next(2)),
+                sent_at: Time::from_millis(sent),
+                arrived_at: Time::from_millis(arrived),
+                finished_at: finished,
+                outcome,
+            });
+        }
+        for e in 0..events {
+            let seq = Seq(e as i64 + 1);
+            let at = Time::from_millis(u64::from(next(70)));
+            match next(6) {
+                0 => h.dead_letters.push(DeadLettered { seq, reason: "exhausted".into(), at }),
+                1 | 2 => h.acks.push(Acked { seq, at }),
+                3 => h.queued_at_end.push(seq),
+                _ => {}
+            }
+        }
+        h.end = Time::from_millis(60 + u64::from(next(30)) * 500);
+        h
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn the_rules_give_the_reference_verdict(
+            events in 1usize..24,
+            choices in prop::collection::vec(any::<u16>(), 1..200),
+        ) {
+            let h = messy(events, &choices);
+            let config = CheckConfig { stall_after: std::time::Duration::from_millis(3_000) };
+            prop_assert_eq!(check_with(&h, &config), reference_check(&h, &config));
+        }
+    }
+}
