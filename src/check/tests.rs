@@ -574,6 +574,7 @@ mod against_the_reference {
                     Kind::Duplicate => old::duplicates(&index, false),
                     Kind::StaleDuplicate => old::duplicates(&index, true),
                     Kind::HeadOfLine => old::head_of_line(&index),
+                    Kind::Premature | Kind::ConcurrentKey => unreachable!("not in Kind::ALL"),
                 };
                 Finding { kind, count, first }
             })
@@ -584,6 +585,7 @@ mod against_the_reference {
             dead_lettered: history.dead_letters.len(),
             findings,
             not_judged: Vec::new(),
+            skew_forgiven: 0,
         }
     }
 
@@ -654,8 +656,94 @@ mod against_the_reference {
             choices in prop::collection::vec(any::<u16>(), 1..200),
         ) {
             let h = messy(events, &choices);
-            let config = CheckConfig { stall_after: std::time::Duration::from_millis(3_000) };
+            let config = CheckConfig {
+                stall_after: std::time::Duration::from_millis(3_000),
+                ..CheckConfig::default()
+            };
             prop_assert_eq!(check_with(&h, &config), reference_check(&h, &config));
         }
     }
+}
+
+/// The verdict with the rules only logs need, and a clock-skew tolerance in ms.
+fn log_verdict(h: &History, skew_ms: u64) -> Verdict {
+    let config = CheckConfig {
+        log_rules: true,
+        clock_skew: std::time::Duration::from_millis(skew_ms),
+        ..CheckConfig::default()
+    };
+    check_with(h, &config)
+}
+
+#[test]
+fn a_delivery_sent_before_its_enqueue_is_premature() {
+    // Enqueued (committed) at 100 ms, delivered and accepted at 10 ms: an outbox relay that
+    // published before its transaction committed.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).deliver_at(1, 10, Outcome::Accepted);
+    b.h.enqueued[0].at = Time::from_millis(100);
+    b.h.end = Time::from_millis(200);
+    let v = log_verdict(&b.h, 0);
+    assert_eq!(v.violated(), vec![Kind::Premature], "{v}");
+    let c = v.finding(Kind::Premature).unwrap().first.as_ref().unwrap();
+    assert_eq!(c.event_ids, vec!["evt_1".to_owned(), "evt_1".to_owned()]);
+    assert!(c.note.contains("before it was enqueued at 100.000ms"), "{}", c.note);
+    // Within the tolerance for the two clocks it is not; exactly at the enqueue it is not.
+    assert!(log_verdict(&b.h, 90).is_ok());
+    assert_eq!(log_verdict(&b.h, 89).count(Kind::Premature), 1);
+    // The simulation's verdict leaves the log rules out.
+    assert!(check(&b.h).finding(Kind::Premature).is_none());
+}
+
+#[test]
+fn a_delivery_of_a_rolled_back_enqueue_is_premature_whenever_it_is_sent() {
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 0).deliver(1).ack(1).deliver(2).ack(2);
+    let clean = log_verdict(&b.h, 0);
+    assert!(clean.is_ok(), "{clean}");
+    // Seq 2's enqueue rolled back: its delivery, long after, is still a violation.
+    let rolled_back = b.h.enqueued.remove(1);
+    b.h.aborted.push(rolled_back);
+    b.h.acks.retain(|a| a.seq != Seq(2));
+    let v = log_verdict(&b.h, 1_000_000);
+    assert_eq!(v.violated(), vec![Kind::Premature], "{v}");
+    assert_eq!(v.count(Kind::Premature), 1);
+    assert!(v
+        .finding(Kind::Premature)
+        .unwrap()
+        .first
+        .as_ref()
+        .unwrap()
+        .note
+        .contains("rolled back"));
+}
+
+#[test]
+fn two_deliveries_of_one_key_in_flight_at_once_are_concurrent_key() {
+    // One key, two events, on two partitions (a modulus change, say): no partition has two
+    // deliveries out, but the key has.
+    let mut b = Builder::default();
+    b.enqueue(1, "a", 0).enqueue(2, "a", 1).enqueue(3, "b", 2);
+    b.deliver_with(1, Outcome::Accepted, 10); // sent at 4, in flight until 14
+    b.deliver(2); // sent at 5
+    b.deliver(3); // another key: not concurrent with either
+    b.ack(1).ack(2).ack(3);
+    let v = log_verdict(&b.h, 0);
+    assert_eq!(v.count(Kind::ConcurrentKey), 1, "{v}");
+    assert_eq!(v.count(Kind::Concurrent), 0, "{v}");
+    let c = v.finding(Kind::ConcurrentKey).unwrap().first.as_ref().unwrap();
+    assert_eq!((c.key.as_str(), c.seqs.clone()), ("a", vec![Seq(1), Seq(2)]));
+    // Sent as the other ends: not in flight at once.
+    b.h.deliveries[0].finished_at = Some(b.h.deliveries[1].sent_at);
+    assert_eq!(log_verdict(&b.h, 0).count(Kind::ConcurrentKey), 0);
+}
+
+#[test]
+fn the_log_rules_come_after_the_other_violations_and_only_for_logs() {
+    assert_eq!(Kind::judged(false), Kind::ALL.to_vec());
+    let kinds = Kind::judged(true);
+    assert_eq!(kinds.len(), Kind::ALL.len() + 2);
+    assert_eq!(&kinds[6..8], &Kind::FROM_LOGS);
+    assert!(Kind::FROM_LOGS.iter().all(|k| k.is_violation()));
+    assert_eq!(Kind::ConcurrentKey.name(), "concurrent_key");
 }
