@@ -18,7 +18,8 @@ use super::bad_input::BadInput;
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The history: JSON lines of enqueued, aborted, delivery, dead_letter, ack and end records
-    /// (`-` reads standard input). Several files are read as one history, in the order given.
+    /// (`-` reads standard input; a name ending in `.gz` is gunzipped). Several files are read
+    /// as one history, in the order given.
     #[arg(required = true, num_args = 1.., value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Read a receiver's log: delivery records only (arrival, answer, event id, key, seq). Lost,
@@ -129,7 +130,12 @@ fn read_all(
         } else {
             let f = std::fs::File::open(file)
                 .map_err(|e| BadInput(format!("cannot open the history {name}: {e}")))?;
-            jsonl::read_records(BufReader::with_capacity(1 << 20, f), next)
+            if file.extension().is_some_and(|x| x == "gz") {
+                let unzipped = flate2::read::MultiGzDecoder::new(BufReader::new(f));
+                jsonl::read_records(BufReader::with_capacity(1 << 20, unzipped), next)
+            } else {
+                jsonl::read_records(BufReader::with_capacity(1 << 20, f), next)
+            }
         };
         let records = read.map_err(|e| match e {
             HistoryError::Io(io) => anyhow::Error::new(io).context(format!("reading {name}")),

@@ -237,3 +237,18 @@ fn several_files_are_one_history_and_errors_name_the_file_and_its_line() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("c.jsonl: line 2: event \"e9\""), "{}", text(&out));
 }
+
+#[test]
+fn a_gzipped_history_is_read_like_a_plain_one() {
+    let dir = TempDir::new("check-gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, SKIPPED.as_bytes()).unwrap();
+    std::fs::write(dir.path("h.jsonl.gz"), gz.finish().unwrap()).unwrap();
+    let out = check(&dir.0, &["h.jsonl.gz"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("h.jsonl.gz breaks the contract: skip"), "{}", text(&out));
+    std::fs::write(dir.path("bad.gz"), b"not gzip").unwrap();
+    let out = check(&dir.0, &["bad.gz"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("bad.gz"), "{}", text(&out));
+}
