@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{PartitionId, Seq, Time};
 
 mod fast_hash;
+pub mod fence;
 mod history;
 pub mod jsonl;
 #[cfg(test)]

@@ -23,7 +23,8 @@ pub struct CheckArgs {
     #[arg(required = true, num_args = 1.., value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Read a receiver's log: delivery records only (arrival, answer, event id, key, seq). Lost,
-    /// stall, split key, concurrent and head-of-line are then not judged.
+    /// stall, premature, split key and head-of-line are then not judged, nor concurrent unless
+    /// every record names its partition.
     #[arg(long)]
     receiver_only: bool,
     /// Print the verdict as one JSON object instead of the table.
