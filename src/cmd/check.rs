@@ -68,9 +68,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     })?;
     if parsed.without_partition > 0 && !parsed.history.deliveries.is_empty() {
         eprintln!(
-            "keyorder check: warning: {} record(s) name no partition, so {} are not judged",
-            parsed.without_partition,
-            "the partition rules (split_key, concurrent, stall, head_of_line)"
+            "keyorder check: warning: {} record(s) name no partition, so the partition rules \
+             (split_key, concurrent, stall, head_of_line) are not judged",
+            parsed.without_partition
         );
     }
     let config = CheckConfig {
@@ -116,11 +116,11 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     )
 }
 
+/// Records with their line numbers, counted across files.
+type Numbered = Vec<(usize, Record)>;
+
 /// Every file's records, numbered one after the other, and the first line number of each file.
-fn read_all(
-    files: &[PathBuf],
-    names: &[String],
-) -> anyhow::Result<(Vec<(usize, Record)>, Vec<usize>)> {
+fn read_all(files: &[PathBuf], names: &[String]) -> anyhow::Result<(Numbered, Vec<usize>)> {
     let mut lines = Vec::new();
     let mut starts = Vec::new();
     let mut next = 0;
