@@ -67,8 +67,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
         other => BadInput(format!("{name}: {other}")).into(),
     })?;
     if parsed.without_partition > 0 && !parsed.history.deliveries.is_empty() {
-        eprintln!(
-            "keyorder check: warning: {} record(s) name no partition, so the partition rules \
+        tracing::warn!(
+            records = parsed.without_partition,
+            "{} record(s) name no partition, so the partition rules \
              (split_key, concurrent, stall, head_of_line) are not judged",
             parsed.without_partition
         );
