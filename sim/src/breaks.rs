@@ -197,14 +197,15 @@ pub struct Switches {
 }
 
 impl Switches {
-    /// The switches of `scenario`'s broken designs.
-    pub fn of(scenario: &crate::Scenario) -> Self {
+    /// The switches of the broken designs `breaks` (a scenario's, whose delivery timeout is
+    /// `delivery_timeout_ms`).
+    pub fn of(breaks: &[Break], delivery_timeout_ms: u64) -> Self {
         use crate::hosts::deliverer::DeliveryBreak;
-        let has = |b| scenario.has(b);
+        let has = |b| breaks.contains(&b);
         let delivery = if has(Break::ParallelInPartition) {
             Some(DeliveryBreak::Parallel)
         } else if has(Break::TimeoutLeavesCallRunning) {
-            let after = std::time::Duration::from_millis(scenario.delivery_timeout_ms / 2);
+            let after = std::time::Duration::from_millis(delivery_timeout_ms / 2);
             Some(DeliveryBreak::LeavesCallRunning { after })
         } else if has(Break::LocalBatch) {
             Some(DeliveryBreak::LocalBatch { width: LOCAL_BATCH })

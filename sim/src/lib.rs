@@ -10,6 +10,7 @@
 pub mod breaks;
 pub mod control;
 pub mod faults;
+mod generate;
 pub mod hosts;
 pub(crate) mod protocol;
 pub mod regression;

@@ -15,11 +15,12 @@ use serde::Serialize;
 use crate::breaks::Switches;
 use crate::control::Control;
 use crate::faults::{FaultRunner, SwitchReport, World};
+use crate::hosts::clock::SimClock;
 use crate::hosts::endpoint::{self, Endpoints};
 use crate::hosts::producer::{Planned, ProducerHost, Routing};
 use crate::hosts::store::{self, StoreState};
 use crate::hosts::store_client::ExpiryClient;
-use crate::hosts::worker::{SimClock, WorkerHost};
+use crate::hosts::worker::WorkerHost;
 use crate::scenario::Procedure;
 use crate::scenario::{worker_name, Scenario, ScenarioError};
 use crate::simulator::{self, Sim};
@@ -78,7 +79,7 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
     let mut rng = StdRng::seed_from_u64(seed);
     let count = PartitionCount::new(i64::from(scenario.partitions))
         .map_err(|e| ScenarioError::Invalid { field: "partitions", rule: e.to_string() })?;
-    let switches = Switches::of(scenario);
+    let switches = scenario.switches();
     let world = World {
         control: Control::new(count),
         store: Rc::new(RefCell::new(StoreState::default())),

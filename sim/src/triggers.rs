@@ -4,9 +4,37 @@
 
 use rand::rngs::StdRng;
 use rand::Rng;
+use rand::SeedableRng;
 
 use crate::breaks::Break;
-use crate::scenario::{key_spec, pin_changes, unfenced_expiry_trigger, Fault, FaultKind, Scenario};
+use crate::generate::{key_spec, pin_changes};
+use crate::scenario::{ExpirySpec, Fault, FaultKind, LeaseModel, Scenario, Size};
+
+impl Scenario {
+    /// The scenario of `size` and `seed` with `b` switched on, plus the trigger that design
+    /// needs to show (a lease loss for an unfenced lease, a modulus change for a flip, a
+    /// poison event for unbounded retry, two producers where keys must share them, a store
+    /// restart with slow deliveries out for an always-clean hand-back, an expiry lease and
+    /// pauses past its expiry for an unfenced expiry lease, a slow whale pinned early for a pin
+    /// without barrier). Without the switch the same
+    /// scenario is the correct design under the same faults.
+    pub fn generate_broken(size: Size, seed: u64, b: Break) -> Scenario {
+        // Without the pin changes (and their whale): each design runs on the scenario it was
+        // made for; `pin-without-barrier` adds its own.
+        let mut s = Scenario::generate_without_pins(size, seed);
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xB7EA_C0DE);
+        // Every other design is about session locks (or about no lease at all): it runs on the
+        // session-lock scenario of its seed, as it did before expiry leases existed.
+        s.lease = LeaseModel::SessionLock;
+        // Without the pauses of the session-lock scenarios: each design runs on the faults it
+        // was made for.
+        s.faults.retain(|f| !f.kind.needs_expiry() && !matches!(f.kind, FaultKind::Pause { .. }));
+        add(b, &mut rng, &mut s);
+        s.faults.sort_by_key(|f| f.at_ms);
+        s.breaks = vec![b];
+        s
+    }
+}
 
 /// Adds to `s` the trigger design `b` needs, drawing from `rng`.
 pub(crate) fn add(b: Break, rng: &mut StdRng, s: &mut Scenario) {
@@ -165,4 +193,27 @@ fn late_commits(s: &mut Scenario) {
         let kind = FaultKind::SlowCommits { producer, extra_ms: 200, for_ms: 1 };
         s.faults.push(Fault { at_ms, kind });
     }
+}
+
+/// `unfenced-expiry`'s trigger: an expiry lease, and one worker (never crashed) stopped three
+/// times, each time past its expiry and the takeover by another worker, while events keep
+/// coming: its partitions fill up while it is stopped, the new holder drains them, and the
+/// stopped worker wakes in the middle of a statement of its old lease.
+fn unfenced_expiry_trigger(rng: &mut StdRng, s: &mut Scenario) {
+    let mut spec = ExpirySpec::standard();
+    let bound = spec.skew_bound_ms as i64;
+    spec.skew_ms = (0..s.workers).map(|_| rng.random_range(-bound..=bound)).collect();
+    let e = spec.expiry_ms;
+    s.lease = LeaseModel::Expiry(spec);
+    let worker = rng.random_range(0..s.workers);
+    s.faults.retain(|f| !matches!(f.kind, FaultKind::CrashWorker { worker: w, .. } if w == worker));
+    let mut at_ms = rng.random_range(300..600);
+    for _ in 0..3 {
+        // Past the expiry, the rebalance that notices it and the new holder's takeover wait.
+        let for_ms = e + rng.random_range(700..=1_500);
+        s.faults.push(Fault { at_ms, kind: FaultKind::Pause { worker, for_ms } });
+        at_ms += for_ms + rng.random_range(1_000..=2_000);
+    }
+    s.load_ms = s.load_ms.max(at_ms + 1_000);
+    s.duration_ms = s.load_ms + 30_000;
 }

@@ -26,7 +26,7 @@ use keyorder::store::session_drain::{SessionDrain, SessionDrainOptions};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 use keyorder::{Epoch, PartitionCount, PartitionId, Seq};
 
-use super::worker::SimClock;
+use super::clock::SimClock;
 use crate::control::SharedControl;
 use crate::protocol::{Conn, StoreRequest, StoreResponse, WireHead, STORE_PORT};
 

@@ -6,30 +6,13 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use keyorder::clock::Clock;
 use keyorder::worker::{self, WorkerConfig};
-use keyorder::Time;
 
+use super::clock::SimClock;
 use super::deliverer;
 use super::store_client::{ClientBreaks, ExpiryClient, SimStore};
 use crate::control::SharedControl;
 use crate::trace::{now, SharedRecorder};
-
-/// Simulated time as a worker sees it: the store's clock plus the worker's offset (0 unless
-/// the scenario skews it), never before the start.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SimClock {
-    /// This clock's offset from the store's, in ms.
-    pub offset_ms: i64,
-}
-
-impl Clock for SimClock {
-    fn now(&self) -> Time {
-        let t = now();
-        let offset = Duration::from_millis(self.offset_ms.unsigned_abs());
-        Time(if self.offset_ms < 0 { t.0.saturating_sub(offset) } else { t.0 + offset })
-    }
-}
 
 /// Writes the worker's own view of its leases into the trace (the store's view is there too):
 /// a lost lease shows the error that told the worker.

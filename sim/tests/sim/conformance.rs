@@ -12,9 +12,9 @@ use keyorder::key::{partition_key, Event};
 use keyorder::store::{LeaseSession, Store, StoreError};
 use keyorder::{PartitionId, Router};
 use keyorder_sim::control::{Control, SharedControl};
+use keyorder_sim::hosts::clock::SimClock;
 use keyorder_sim::hosts::store::{self, SharedStore, StoreState};
 use keyorder_sim::hosts::store_client::{ExpiryClient, SimStore};
-use keyorder_sim::hosts::worker::SimClock;
 use keyorder_sim::simulator::Builder;
 use keyorder_sim::trace::{Recorder, SharedRecorder};
 
