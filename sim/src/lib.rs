@@ -11,6 +11,7 @@ pub mod breaks;
 pub mod control;
 pub mod faults;
 pub mod hosts;
+pub mod model;
 pub(crate) mod protocol;
 pub mod regression;
 pub mod rehearsal;
