@@ -194,7 +194,7 @@ impl FaultRunner {
             Step::Stop(host, length) => {
                 rec.log(t, "driver", format_args!("stop {host} (process paused)"));
                 rec.fault("pause");
-                if world.store.borrow().durable.expiry.is_some_and(|e| length > e) {
+                if world.store.borrow().leases.expiry().is_some_and(|e| length > e) {
                     rec.fault("pause_past_expiry");
                 }
                 world.control.borrow_mut().stopped.insert(host);

@@ -89,8 +89,8 @@ pub fn run(scenario: &Scenario, seed: u64, keep_trace: bool) -> Result<RunOutcom
         pin_without_barrier: switches.pin_without_barrier,
     };
     world.store.borrow_mut().durable.breaks = switches.store;
-    world.store.borrow_mut().durable.expiry =
-        scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms));
+    world.store.borrow_mut().leases =
+        store::Leases::new(scenario.lease.expiry().map(|e| Duration::from_millis(e.expiry_ms)));
     // The per-key barrier is the store's, as in production: it holds a row only while its key
     // has rows of an older layout, which only an online change or a pin change leaves behind
     // (drain-and-switch flips an empty queue). The unsafe flip is the one design without it.

@@ -22,6 +22,10 @@ pub struct History {
     pub queued_at_end: Vec<Seq>,
     /// When the history ends (the end of the quiescent tail).
     pub end: Time,
+    /// Enqueues that rolled back: events that must never be delivered. Empty for a simulated
+    /// history.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aborted: Vec<Enqueued>,
 }
 
 /// An event that committed into the queue.

@@ -15,12 +15,14 @@
 //! [`parse_receiver`] takes only what an endpoint can log (`delivery` records with arrival,
 //! answer, event id, key and seq) and says which kinds it cannot judge.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::fast_hash::{FastMap, FastSet};
 use super::history::{Acked, DeadLettered, Delivery, Enqueued, History, Outcome};
 use super::Kind;
 use crate::ids::{PartitionId, Seq, Time};
@@ -115,6 +117,25 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// An enqueue that rolled back (the producer's transaction aborted): the event must never
+    /// be delivered.
+    Aborted {
+        /// The event's id.
+        event_id: String,
+        /// Its partition key.
+        key: String,
+        /// Its sequence number, as [`Record::Enqueued`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seq: Option<i64>,
+        /// Its position among its key's events, when there is no sequence number.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        order: Option<i64>,
+        /// The partition it would have gone to, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        partition: Option<u16>,
+        /// When the rollback happened.
+        at_ms: f64,
+    },
     /// An event moved to the dead-letter table.
     DeadLetter {
         /// The event's id.
@@ -149,22 +170,28 @@ pub struct Parsed {
     pub history: History,
     /// Kinds the input holds too little to judge (see [`super::Verdict::not_judging`]).
     pub not_judged: Vec<Kind>,
+    /// How many `enqueued` (or `aborted`) and `delivery` records name no partition: with any,
+    /// the partition rules are not judged.
+    pub without_partition: usize,
+    /// How many deliveries arrived or were answered before their send by no more than the
+    /// clock-skew tolerance, and were taken as arriving (answered) at the send.
+    pub skew_forgiven: u64,
 }
 
 /// The kinds that need partitions: judged only when every record names its partition.
 const NEED_PARTITIONS: [Kind; 4] =
     [Kind::SplitKey, Kind::Concurrent, Kind::Stall, Kind::HeadOfLine];
 
-/// The kinds a receiver's log cannot judge: they need the producer's log (lost, stall) or the
-/// partitions (split key, concurrent, head-of-line).
-pub const RECEIVER_NOT_JUDGED: [Kind; 5] =
-    [Kind::SplitKey, Kind::Lost, Kind::Concurrent, Kind::Stall, Kind::HeadOfLine];
+/// The kinds a receiver's log without partitions cannot judge: they need the producer's log
+/// (lost, stall, premature) or the partitions (split key, concurrent, head-of-line). With a
+/// `partition` on every record, concurrent is judged.
+pub const RECEIVER_NOT_JUDGED: [Kind; 6] =
+    [Kind::SplitKey, Kind::Lost, Kind::Concurrent, Kind::Stall, Kind::HeadOfLine, Kind::Premature];
 
 /// Reads the full format: every delivered, dead-lettered or acknowledged event must have an
 /// `enqueued` record. Errors name the first offending line.
 pub fn parse(input: impl BufRead) -> Result<Parsed, HistoryError> {
-    let lines = read(input)?;
-    Build::default().full(&lines)
+    build(&read_records(input, 0)?, &ReadOptions::default())
 }
 
 /// Reads a receiver's log: `delivery` records (each with `seq` or `order`, and `arrived_ms`);
@@ -173,40 +200,165 @@ pub fn parse(input: impl BufRead) -> Result<Parsed, HistoryError> {
 /// certain (a later event arrived between two attempts of an earlier one is a skip whatever
 /// the producer logged). Lost, stall, split key, concurrent and head-of-line are not judged.
 pub fn parse_receiver(input: impl BufRead) -> Result<Parsed, HistoryError> {
-    let lines = read(input)?;
-    Build::default().receiver(&lines)
+    build(&read_records(input, 0)?, &ReadOptions { receiver_only: true, ..ReadOptions::default() })
 }
 
-fn read(input: impl BufRead) -> Result<Vec<(usize, Record)>, HistoryError> {
+/// How to read a history.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Read a receiver's log ([`parse_receiver`]) rather than the full format ([`parse`]).
+    pub receiver_only: bool,
+    /// How far apart two writers' clocks may be: a delivery's arrival or answer before its
+    /// send by at most this is forgiven (taken as at the send, and counted in
+    /// [`Parsed::skew_forgiven`]) rather than rejecting the file. Zero: one clock.
+    pub clock_skew: Duration,
+}
+
+/// Builds the history from the records of one or several inputs ([`read_records`]), in the
+/// order given: the checker orders what it judges by time itself, so neither one file's lines
+/// nor several files need be in time order. Errors name the first offending line.
+pub fn build(lines: &[(usize, Record)], options: &ReadOptions) -> Result<Parsed, HistoryError> {
+    if lines.is_empty() {
+        return Err(HistoryError::Empty);
+    }
+    let b = Build { skew: options.clock_skew, ..Build::default() };
+    if options.receiver_only {
+        b.receiver(lines)
+    } else {
+        b.full(lines)
+    }
+}
+
+/// Reads one input's records, each with its line number plus `first_line` (so that the lines
+/// of several inputs number apart). Blank lines are skipped; an input may hold none.
+pub fn read_records(
+    mut input: impl BufRead,
+    first_line: usize,
+) -> Result<Vec<(usize, Record)>, HistoryError> {
     let mut out = Vec::new();
-    for (i, line) in input.lines().enumerate() {
-        let line_no = i + 1;
-        let text = line.map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => {
-                HistoryError::Line { line: line_no, what: "not UTF-8 text".into() }
-            }
-            _ => HistoryError::Io(e),
-        })?;
+    let mut buf = Vec::new();
+    let mut line_no = first_line;
+    loop {
+        buf.clear();
+        if input.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        line_no += 1;
+        let text = std::str::from_utf8(&buf)
+            .map_err(|_| HistoryError::Line { line: line_no, what: "not UTF-8 text".into() })?;
         if text.trim().is_empty() {
             continue;
         }
-        let record: Record = serde_json::from_str(&text)
-            .map_err(|e| HistoryError::Line { line: line_no, what: describe(&e) })?;
+        let record = serde_json::from_str::<Line<'_>>(text)
+            .map_err(|e| describe(&e))
+            .and_then(Line::record)
+            .map_err(|what| HistoryError::Line { line: line_no, what: hint(what) })?;
         out.push((line_no, record));
     }
-    if out.is_empty() {
-        return Err(HistoryError::Empty);
-    }
     Ok(out)
+}
+
+/// One line as read: the fields of every record type, strings borrowed from the line where it
+/// holds them unescaped. [`Line::record`] checks the type and its required fields.
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    event_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    key: Option<Cow<'a, str>>,
+    seq: Option<i64>,
+    order: Option<i64>,
+    partition: Option<u16>,
+    layout: Option<u64>,
+    at_ms: Option<f64>,
+    #[serde(borrow)]
+    worker: Option<Cow<'a, str>>,
+    attempt: Option<u32>,
+    sent_ms: Option<f64>,
+    arrived_ms: Option<f64>,
+    answered_ms: Option<f64>,
+    outcome: Option<RecordOutcome>,
+    #[serde(borrow)]
+    reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    queued: Vec<String>,
+}
+
+/// A required field, or serde's own words for its absence.
+fn required<T>(value: Option<T>, field: &str) -> Result<T, String> {
+    value.ok_or_else(|| format!("missing field `{field}`"))
+}
+
+fn owned(text: Option<Cow<'_, str>>) -> Option<String> {
+    text.map(Cow::into_owned)
+}
+
+impl Line<'_> {
+    /// The record this line describes.
+    fn record(self) -> Result<Record, String> {
+        let kind = required(self.kind, "type")?;
+        let id = |id: Option<Cow<'_, str>>| required(id, "event_id").map(Cow::into_owned);
+        Ok(match &*kind {
+            "enqueued" => Record::Enqueued {
+                event_id: id(self.event_id)?,
+                key: required(self.key, "key")?.into_owned(),
+                seq: self.seq,
+                order: self.order,
+                partition: self.partition,
+                layout: self.layout,
+                at_ms: required(self.at_ms, "at_ms")?,
+            },
+            "delivery" => Record::Delivery {
+                event_id: id(self.event_id)?,
+                key: required(self.key, "key")?.into_owned(),
+                seq: self.seq,
+                order: self.order,
+                partition: self.partition,
+                worker: owned(self.worker),
+                attempt: self.attempt,
+                sent_ms: self.sent_ms,
+                arrived_ms: self.arrived_ms,
+                answered_ms: self.answered_ms,
+                outcome: required(self.outcome, "outcome")?,
+                reason: owned(self.reason),
+            },
+            "aborted" => Record::Aborted {
+                event_id: id(self.event_id)?,
+                key: required(self.key, "key")?.into_owned(),
+                seq: self.seq,
+                order: self.order,
+                partition: self.partition,
+                at_ms: required(self.at_ms, "at_ms")?,
+            },
+            "dead_letter" => Record::DeadLetter {
+                event_id: id(self.event_id)?,
+                reason: owned(self.reason),
+                at_ms: required(self.at_ms, "at_ms")?,
+            },
+            "ack" => Record::Ack { event_id: id(self.event_id)?, at_ms: required(self.at_ms, "at_ms")? },
+            "end" => Record::End { at_ms: required(self.at_ms, "at_ms")?, queued: self.queued },
+            other => {
+                return Err(format!(
+                    "unknown variant `{other}`, expected one of `enqueued`, `aborted`, `delivery`, `dead_letter`, `ack`, `end`"
+                ))
+            }
+        })
+    }
 }
 
 /// serde_json's message without its own "at line 1 column N" (every record is one line).
 fn describe(e: &serde_json::Error) -> String {
     let text = e.to_string();
-    let text = text.split(" at line ").next().unwrap_or(&text).to_owned();
+    text.split(" at line ").next().unwrap_or(&text).to_owned()
+}
+
+/// `text`, with what a record is when the type is what is wrong.
+fn hint(text: String) -> String {
     if text.contains("missing field `type`") || text.contains("unknown variant") {
         format!(
-            "{text} (each line is one JSON object whose \"type\" is enqueued, delivery, dead_letter, ack or end)"
+            "{text} (each line is one JSON object whose \"type\" is enqueued, aborted, delivery, dead_letter, ack or end)"
         )
     } else {
         text
@@ -233,15 +385,24 @@ struct Event {
     partition: Option<u16>,
     layout: u64,
     at: Time,
+    /// Its enqueue rolled back (an `aborted` record).
+    aborted: bool,
 }
 
 #[derive(Default)]
 struct Build {
-    /// Event id to its enqueue (or, for a receiver, its first delivery).
-    events: BTreeMap<String, Event>,
+    /// Event id to its enqueue (or, for a receiver, its first delivery); only looked up, never
+    /// iterated: `order` gives the order.
+    events: FastMap<String, Event>,
     /// Event ids in the order they were first described.
     order: Vec<String>,
     partitions_known: bool,
+    /// `enqueued` and `delivery` records without a partition.
+    without_partition: usize,
+    /// Arrivals or answers before their send by less than the tolerance, taken as at the send.
+    skew_forgiven: u64,
+    /// The clock-skew tolerance.
+    skew: Duration,
 }
 
 /// The one rank of a record from `seq` or `order`.
@@ -256,7 +417,15 @@ impl Build {
     fn full(mut self, lines: &[(usize, Record)]) -> Result<Parsed, HistoryError> {
         self.partitions_known = true;
         for (line, record) in lines {
-            if let Record::Enqueued { event_id, key, seq, order, partition, layout, at_ms } = record
+            let (event_id, key, seq, order, partition, layout, at_ms, aborted) = match record {
+                Record::Enqueued { event_id, key, seq, order, partition, layout, at_ms } => {
+                    (event_id, key, seq, order, partition, layout.unwrap_or(0), at_ms, false)
+                }
+                Record::Aborted { event_id, key, seq, order, partition, at_ms } => {
+                    (event_id, key, seq, order, partition, 0, at_ms, true)
+                }
+                _ => continue,
+            };
             {
                 let line = *line;
                 let Some(r) = rank(line, *seq, *order)? else {
@@ -274,15 +443,16 @@ impl Build {
                         ),
                     ));
                 }
-                self.partitions_known &= partition.is_some();
+                self.note_partition(partition.is_some());
                 let at = time(line, "at_ms", *at_ms)?;
                 let event = Event {
                     line,
                     key: key.clone(),
                     rank: r,
                     partition: *partition,
-                    layout: layout.unwrap_or(0),
+                    layout,
                     at,
+                    aborted,
                 };
                 self.events.insert(event_id.clone(), event);
                 self.order.push(event_id.clone());
@@ -293,7 +463,7 @@ impl Build {
         for (line, record) in lines {
             let line = *line;
             match record {
-                Record::Enqueued { .. } => {}
+                Record::Enqueued { .. } | Record::Aborted { .. } => {}
                 Record::Delivery { event_id, key, seq, order, partition, .. } => {
                     let event = self.events.get(event_id).ok_or_else(|| {
                         bad(line, format!("event {event_id:?} is delivered but has no enqueued record (a receiver's log is read with --receiver-only)"))
@@ -306,8 +476,9 @@ impl Build {
                             return Err(bad(line, format!("event {event_id:?} has seq/order {r} here and {} where it was enqueued (line {})", event.rank, event.line)));
                         }
                     }
-                    self.partitions_known &= partition.is_some();
-                    h.deliveries.push(delivery(line, record, seqs[event_id])?);
+                    self.note_partition(partition.is_some());
+                    let d = self.delivery(line, record, seqs[event_id])?;
+                    h.deliveries.push(d);
                 }
                 Record::DeadLetter { event_id, reason, at_ms } => {
                     let seq = self.known(&seqs, line, event_id, "dead-lettered")?;
@@ -335,10 +506,12 @@ impl Build {
     }
 
     fn receiver(mut self, lines: &[(usize, Record)]) -> Result<Parsed, HistoryError> {
+        self.partitions_known = true;
         let mut last: BTreeMap<String, Time> = BTreeMap::new();
         for (line, record) in lines {
             let line = *line;
-            let Record::Delivery { event_id, key, seq, order, arrived_ms, .. } = record else {
+            let Record::Delivery { event_id, key, seq, order, arrived_ms, partition, .. } = record
+            else {
                 return Err(bad(line, "a receiver's log holds only delivery records (without --receiver-only, the full format is read)"));
             };
             let Some(r) = rank(line, *seq, *order)? else {
@@ -348,6 +521,7 @@ impl Build {
                 return Err(bad(line, format!("delivery of {event_id:?} has no arrived_ms")));
             };
             let arrived = time(line, "arrived_ms", *arrived)?;
+            self.note_partition(partition.is_some());
             match self.events.get_mut(event_id) {
                 Some(e) => {
                     if e.key != *key || e.rank != r {
@@ -360,9 +534,10 @@ impl Build {
                         line,
                         key: key.clone(),
                         rank: r,
-                        partition: None,
+                        partition: *partition,
                         layout: 0,
                         at: arrived,
+                        aborted: false,
                     };
                     self.events.insert(event_id.clone(), event);
                     self.order.push(event_id.clone());
@@ -374,28 +549,32 @@ impl Build {
         let seqs = self.seqs()?;
         let mut h = History::default();
         for (line, record) in lines {
-            let mut d = delivery(*line, record, seqs[record_event(record)])?;
+            let mut d = self.delivery(*line, record, seqs[record_event(record)])?;
             // The receiver knows when a request arrived, not when it was sent.
             d.sent_at = d.arrived_at;
-            d.partition = PartitionId(0);
+            if !self.partitions_known {
+                d.partition = PartitionId(0);
+            }
             h.deliveries.push(d);
         }
+        let accepted: FastSet<Seq> =
+            h.deliveries.iter().filter(|d| d.outcome == Outcome::Accepted).map(|d| d.seq).collect();
         for (id, at) in last {
             let seq = seqs[&id];
-            let accepted =
-                h.deliveries.iter().any(|d| d.seq == seq && d.outcome == Outcome::Accepted);
-            if !accepted {
+            if !accepted.contains(&seq) {
                 let reason = "never accepted: taken as dead-lettered at its last arrival".into();
                 h.dead_letters.push(DeadLettered { seq, reason, at });
             }
         }
         h.dead_letters.sort_by_key(|d| (d.at, d.seq));
-        Ok(self.finish(h, &seqs, RECEIVER_NOT_JUDGED.to_vec()))
+        // With every record's partition, concurrent is judged; without, `finish` adds it.
+        let not_judged = RECEIVER_NOT_JUDGED.into_iter().filter(|k| *k != Kind::Concurrent);
+        Ok(self.finish(h, &seqs, not_judged.collect()))
     }
 
     fn known(
         &self,
-        seqs: &BTreeMap<String, Seq>,
+        seqs: &FastMap<String, Seq>,
         line: usize,
         event_id: &str,
         what: &str,
@@ -407,8 +586,8 @@ impl Build {
 
     /// A checker seq per event: the ranks as given when they are unique across keys (a queue's
     /// seq), or else positions that keep each key's order (per-key `order`s repeat across keys).
-    fn seqs(&self) -> Result<BTreeMap<String, Seq>, HistoryError> {
-        let mut per_key: BTreeMap<(&str, i64), &str> = BTreeMap::new();
+    fn seqs(&self) -> Result<FastMap<String, Seq>, HistoryError> {
+        let mut per_key: FastMap<(&str, i64), &str> = FastMap::default();
         for id in &self.order {
             let e = &self.events[id];
             if let Some(other) = per_key.insert((&e.key, e.rank), id) {
@@ -421,14 +600,15 @@ impl Build {
                 ));
             }
         }
-        let mut ranks: Vec<i64> = self.events.values().map(|e| e.rank).collect();
+        let events = || self.order.iter().map(|id| (id, &self.events[id]));
+        let mut ranks: Vec<i64> = events().map(|(_, e)| e.rank).collect();
         ranks.sort_unstable();
         let unique = ranks.windows(2).all(|w| w[0] != w[1]);
         if unique {
-            return Ok(self.events.iter().map(|(id, e)| (id.clone(), Seq(e.rank))).collect());
+            return Ok(events().map(|(id, e)| (id.clone(), Seq(e.rank))).collect());
         }
         let mut sorted: Vec<(&i64, &str, &str)> =
-            self.events.iter().map(|(id, e)| (&e.rank, e.key.as_str(), id.as_str())).collect();
+            events().map(|(id, e)| (&e.rank, e.key.as_str(), id.as_str())).collect();
         sorted.sort_unstable();
         Ok(sorted
             .into_iter()
@@ -440,12 +620,13 @@ impl Build {
     fn finish(
         self,
         mut h: History,
-        seqs: &BTreeMap<String, Seq>,
+        seqs: &FastMap<String, Seq>,
         mut not_judged: Vec<Kind>,
     ) -> Parsed {
         for id in &self.order {
             let e = &self.events[id];
-            h.enqueued.push(Enqueued {
+            let list = if e.aborted { &mut h.aborted } else { &mut h.enqueued };
+            list.push(Enqueued {
                 event_id: id.clone(),
                 key: e.key.clone(),
                 seq: seqs[id],
@@ -469,13 +650,19 @@ impl Build {
         }
         not_judged.sort();
         not_judged.dedup();
-        Parsed { history: h, not_judged }
+        Parsed {
+            history: h,
+            not_judged,
+            without_partition: self.without_partition,
+            skew_forgiven: self.skew_forgiven,
+        }
     }
 }
 
 fn record_event(record: &Record) -> &str {
     match record {
         Record::Enqueued { event_id, .. }
+        | Record::Aborted { event_id, .. }
         | Record::Delivery { event_id, .. }
         | Record::DeadLetter { event_id, .. }
         | Record::Ack { event_id, .. } => event_id,
@@ -483,8 +670,44 @@ fn record_event(record: &Record) -> &str {
     }
 }
 
-/// A `delivery` record as the checker's [`Delivery`] of `seq`.
-fn delivery(line: usize, record: &Record, seq: Seq) -> Result<Delivery, HistoryError> {
+impl Build {
+    fn note_partition(&mut self, known: bool) {
+        self.partitions_known &= known;
+        self.without_partition += usize::from(!known);
+    }
+
+    /// A `delivery` record as the checker's [`Delivery`] of `seq`; an arrival or answer before
+    /// the send by no more than the tolerance is forgiven (taken as at the send) and counted.
+    fn delivery(
+        &mut self,
+        line: usize,
+        record: &Record,
+        seq: Seq,
+    ) -> Result<Delivery, HistoryError> {
+        let mut d = delivery(line, record, seq, self.skew)?;
+        let sent = d.sent_at;
+        let mut forgiven = false;
+        if d.arrived_at < sent {
+            d.arrived_at = sent;
+            forgiven = true;
+        }
+        if d.finished_at.is_some_and(|a| a < sent) {
+            d.finished_at = Some(sent);
+            forgiven = true;
+        }
+        self.skew_forgiven += u64::from(forgiven);
+        Ok(d)
+    }
+}
+
+/// A `delivery` record as the checker's [`Delivery`] of `seq`, its times as written; times
+/// before the send by more than `skew` are an error.
+fn delivery(
+    line: usize,
+    record: &Record,
+    seq: Seq,
+    skew: Duration,
+) -> Result<Delivery, HistoryError> {
     let Record::Delivery {
         event_id,
         key,
@@ -504,9 +727,10 @@ fn delivery(line: usize, record: &Record, seq: Seq) -> Result<Delivery, HistoryE
     let sent = sent_ms.map(|t| time(line, "sent_ms", t)).transpose()?;
     let arrived = arrived_ms.map(|t| time(line, "arrived_ms", t)).transpose()?;
     let answered = answered_ms.map(|t| time(line, "answered_ms", t)).transpose()?;
+    let too_early = |t: Time, s: Time| t.saturating_add(skew) < s;
     let (sent_at, arrived_at) = match (sent, arrived) {
-        (Some(s), Some(a)) if a < s => {
-            return Err(bad(line, "arrived_ms is before sent_ms"));
+        (Some(s), Some(a)) if too_early(a, s) => {
+            return Err(bad(line, format!("arrived_ms is before sent_ms by {:.3} ms, more than the clock-skew tolerance (--clock-skew-ms {})", (s.0 - a.0).as_secs_f64() * 1000.0, skew.as_secs_f64() * 1000.0)));
         }
         (Some(s), Some(a)) => (s, a),
         (Some(s), None) => (s, s),
@@ -518,8 +742,8 @@ fn delivery(line: usize, record: &Record, seq: Seq) -> Result<Delivery, HistoryE
             ))
         }
     };
-    if answered.is_some_and(|a| a < sent_at) {
-        return Err(bad(line, "answered_ms is before the delivery was sent"));
+    if answered.is_some_and(|a| too_early(a, sent_at)) {
+        return Err(bad(line, "answered_ms is before the delivery was sent, by more than the clock-skew tolerance (--clock-skew-ms)"));
     }
     let outcome = match outcome {
         RecordOutcome::Accepted => Outcome::Accepted,
@@ -587,7 +811,7 @@ mod tests {
         let cases: [(&str, usize, &str); 8] = [
             ("{\"type\":\"enqueued\"", 1, "EOF"),
             ("not json", 1, "expected"),
-            (r#"{"type":"sent","event_id":"e1"}"#, 1, "\"type\" is enqueued, delivery"),
+            (r#"{"type":"sent","event_id":"e1"}"#, 1, "\"type\" is enqueued, aborted, delivery"),
             (r#"{"event_id":"e1"}"#, 1, "missing field `type`"),
             (
                 r#"{"type":"enqueued","event_id":"e1","key":"a","at_ms":1}"#,
@@ -708,5 +932,78 @@ mod tests {
         assert!(l == 1 && what.contains("neither seq nor order"), "{what}");
         let (_, what) = line_error(parse_receiver(SKIPPED.as_bytes()));
         assert!(what.contains("only delivery records"), "{what}");
+    }
+
+    fn log_check(parsed: &Parsed) -> crate::check::Verdict {
+        let config = crate::check::CheckConfig { log_rules: true, ..Default::default() };
+        crate::check::check_with(&parsed.history, &config).not_judging(&parsed.not_judged)
+    }
+
+    #[test]
+    fn an_arrival_before_its_send_is_forgiven_within_the_tolerance_and_counted() {
+        let text = r#"{"type":"enqueued","event_id":"e1","key":"a","seq":1,"partition":0,"at_ms":1}
+{"type":"delivery","event_id":"e1","key":"a","partition":0,"sent_ms":10.3,"arrived_ms":10,"answered_ms":10.1,"outcome":"accepted"}
+"#;
+        let (l, what) = line_error(full(text));
+        assert_eq!(l, 2);
+        assert!(what.contains("arrived_ms is before sent_ms by 0.300 ms"), "{what}");
+        let lenient = |ms: u64| ReadOptions {
+            clock_skew: Duration::from_micros(ms),
+            ..ReadOptions::default()
+        };
+        let parsed = build(&read_records(text.as_bytes(), 0).unwrap(), &lenient(300)).unwrap();
+        assert_eq!(parsed.skew_forgiven, 1);
+        let d = &parsed.history.deliveries[0];
+        assert_eq!((d.arrived_at, d.finished_at), (d.sent_at, Some(d.sent_at)));
+        assert!(log_check(&parsed).is_ok());
+        let (_, what) =
+            line_error(build(&read_records(text.as_bytes(), 0).unwrap(), &lenient(299)));
+        assert!(what.contains("--clock-skew-ms"), "{what}");
+    }
+
+    #[test]
+    fn a_delivered_aborted_event_is_premature_and_an_undelivered_one_is_not_lost() {
+        let text = r#"{"type":"aborted","event_id":"e1","key":"a","seq":3,"partition":0,"at_ms":5}
+{"type":"enqueued","event_id":"e2","key":"a","seq":2,"partition":0,"at_ms":6}
+{"type":"delivery","event_id":"e2","key":"a","partition":0,"sent_ms":10,"answered_ms":11,"outcome":"accepted"}
+"#;
+        let parsed = full(text).unwrap();
+        assert_eq!((parsed.history.aborted.len(), parsed.history.enqueued.len()), (1, 1));
+        assert!(log_check(&parsed).is_ok(), "{}", log_check(&parsed));
+        let delivered = format!(
+            "{text}{}\n",
+            r#"{"type":"delivery","event_id":"e1","key":"a","partition":0,"sent_ms":20,"answered_ms":21,"outcome":"accepted"}"#
+        );
+        let v = log_check(&full(&delivered).unwrap());
+        assert_eq!(v.violated(), vec![Kind::Premature], "{v}");
+    }
+
+    #[test]
+    fn a_receivers_log_with_partitions_judges_concurrent_and_concurrent_key() {
+        // Two requests of key a in flight at the endpoint at once (arrived 10 and 12, the first
+        // answered at 20), both from partition 3.
+        let text = r#"{"type":"delivery","event_id":"e1","key":"a","seq":1,"partition":3,"arrived_ms":10,"answered_ms":20,"outcome":"accepted"}
+{"type":"delivery","event_id":"e2","key":"a","seq":2,"partition":3,"arrived_ms":12,"answered_ms":13,"outcome":"accepted"}
+"#;
+        let parsed = parse_receiver(text.as_bytes()).unwrap();
+        assert!(!parsed.not_judged.contains(&Kind::Concurrent), "{:?}", parsed.not_judged);
+        assert_eq!(parsed.without_partition, 0);
+        let v = log_check(&parsed);
+        assert_eq!(v.violated(), vec![Kind::Concurrent, Kind::ConcurrentKey], "{v}");
+        // Without partitions, concurrent_key is still judged, concurrent is not.
+        let bare = text.replace(r#""partition":3,"#, "");
+        let parsed = parse_receiver(bare.as_bytes()).unwrap();
+        assert_eq!(parsed.without_partition, 2);
+        assert_eq!(parsed.not_judged, RECEIVER_NOT_JUDGED.to_vec());
+        assert_eq!(log_check(&parsed).violated(), vec![Kind::ConcurrentKey]);
+    }
+
+    #[test]
+    fn records_without_a_partition_are_counted() {
+        let text = SKIPPED.replacen(r#""partition":0,"#, "", 2);
+        let parsed = full(&text).unwrap();
+        assert_eq!(parsed.without_partition, 2);
+        assert!(parsed.not_judged.contains(&Kind::Concurrent));
+        assert_eq!(full(SKIPPED).unwrap().without_partition, 0);
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! Violations (the design is broken): **reorder**, **split key**, **lost**, **concurrent**,
 //! **skip** (a key's head passed over while still queued), and the liveness verdict **stall**
-//! (a partition's head still queued long after enqueue).
+//! (a partition's head still queued long after enqueue); for logs from outside the simulation
+//! also **premature** (delivered before its enqueue committed, or after it rolled back) and
+//! **concurrent key** (two deliveries of one key in flight at once).
 //! Counted (allowed, but receivers must know): **gap** after a dead-letter, **duplicate**, and
 //! **stale duplicate**. Each kind carries its count and its first counterexample in time.
 //! Pure and deterministic: the same history gives the same verdict, byte for byte.
@@ -14,8 +16,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{PartitionId, Seq, Time};
 
+mod fast_hash;
+pub mod fence;
 mod history;
 pub mod jsonl;
+#[cfg(test)]
+mod reference;
 mod report;
 mod rules;
 
@@ -56,6 +62,15 @@ pub enum Kind {
     /// head-of-line blocking, counted, not a violation. Near zero with parking; with partition
     /// FIFO (`strict_partition_order`) it is every backoff of every failing key.
     HeadOfLine,
+    /// An event was delivered (any attempt) before it was enqueued, its commit, by more than
+    /// the clock-skew tolerance; or an event whose enqueue was rolled back (`aborted`) was
+    /// delivered at all. Jepsen's premature and aborted reads (G1a). Judged for logs
+    /// ([`CheckConfig::log_rules`]).
+    Premature,
+    /// Two deliveries of one key were in flight at once (sent, or from a receiver's log
+    /// arrived, before the other's answer), whatever their partitions. Judged for logs
+    /// ([`CheckConfig::log_rules`]).
+    ConcurrentKey,
 }
 
 impl Kind {
@@ -73,6 +88,21 @@ impl Kind {
         Kind::HeadOfLine,
     ];
 
+    /// The kinds judged only for logs from outside the simulation ([`CheckConfig::log_rules`]):
+    /// the simulation's histories cannot have them, and its verdicts leave them out.
+    pub const FROM_LOGS: [Kind; 2] = [Kind::Premature, Kind::ConcurrentKey];
+
+    /// The kinds a verdict lists, in report order: [`Kind::ALL`], with [`Kind::FROM_LOGS`]
+    /// after the other violations when `log_rules`.
+    pub fn judged(log_rules: bool) -> Vec<Kind> {
+        let mut kinds = Kind::ALL.to_vec();
+        if log_rules {
+            let at = kinds.iter().position(|k| *k == Kind::Gap).expect("gap is a kind");
+            kinds.splice(at..at, Kind::FROM_LOGS);
+        }
+        kinds
+    }
+
     /// Whether this kind breaks the design's contract (as opposed to being counted).
     pub fn is_violation(self) -> bool {
         matches!(
@@ -83,6 +113,8 @@ impl Kind {
                 | Kind::Concurrent
                 | Kind::Skip
                 | Kind::Stall
+                | Kind::Premature
+                | Kind::ConcurrentKey
         )
     }
 
@@ -99,6 +131,8 @@ impl Kind {
             Kind::Duplicate => "duplicate",
             Kind::StaleDuplicate => "stale_duplicate",
             Kind::HeadOfLine => "head_of_line",
+            Kind::Premature => "premature",
+            Kind::ConcurrentKey => "concurrent_key",
         }
     }
 }
@@ -146,12 +180,21 @@ pub struct Verdict {
     pub deliveries: usize,
     /// Events dead-lettered.
     pub dead_lettered: usize,
-    /// One finding per kind, in [`Kind::ALL`] order.
+    /// One finding per kind, in [`Kind::judged`] order.
     pub findings: Vec<Finding>,
     /// Kinds the history held too little to judge (a receiver's log has no enqueues, so no
     /// loss): their findings are zero and say nothing. Empty for a simulated history.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_judged: Vec<Kind>,
+    /// Records read from a log whose times contradicted each other by less than the clock-skew
+    /// tolerance (an arrival before its send, an answer before its send), and were taken as
+    /// simultaneous instead of rejecting the file. Zero for a simulated history.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skew_forgiven: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Verdict {
@@ -198,16 +241,22 @@ impl Verdict {
     }
 }
 
-/// Bounds of the liveness verdict.
+/// Bounds of the liveness verdict, and which rules to judge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckConfig {
     /// A row still queued at the end that was enqueued longer ago than this is a stall.
     pub stall_after: Duration,
+    /// Also judge [`Kind::FROM_LOGS`]: on for `keyorder check`, off (the default) for the
+    /// simulation, whose verdicts list only [`Kind::ALL`].
+    pub log_rules: bool,
+    /// How far apart the producer's and the worker's clocks may be: a delivery sent less than
+    /// this before its enqueue is not premature. Zero (the default): one clock wrote both.
+    pub clock_skew: Duration,
 }
 
 impl Default for CheckConfig {
     fn default() -> Self {
-        Self { stall_after: DEFAULT_STALL_AFTER }
+        Self { stall_after: DEFAULT_STALL_AFTER, log_rules: false, clock_skew: Duration::ZERO }
     }
 }
 
@@ -223,9 +272,9 @@ pub fn check(history: &History) -> Verdict {
 /// never enqueued, say) is judged on what it contains.
 pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
     let index = rules::Index::new(history);
-    let findings = Kind::ALL
-        .iter()
-        .map(|&kind| {
+    let findings = Kind::judged(config.log_rules)
+        .into_iter()
+        .map(|kind| {
             let (count, first) = match kind {
                 Kind::Reorder => rules::reorder(&index),
                 Kind::SplitKey => rules::split_keys(&index),
@@ -237,6 +286,8 @@ pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
                 Kind::Duplicate => rules::duplicates(&index, false),
                 Kind::StaleDuplicate => rules::duplicates(&index, true),
                 Kind::HeadOfLine => rules::head_of_line(&index),
+                Kind::Premature => rules::premature(&index, config.clock_skew),
+                Kind::ConcurrentKey => rules::concurrent_key(&index),
             };
             Finding { kind, count, first }
         })
@@ -247,6 +298,7 @@ pub fn check_with(history: &History, config: &CheckConfig) -> Verdict {
         dead_lettered: history.dead_letters.len(),
         findings,
         not_judged: Vec::new(),
+        skew_forgiven: 0,
     }
 }
 

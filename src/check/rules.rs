@@ -1,8 +1,12 @@
 //! One function per finding kind. Each returns the count and the first counterexample in time.
-//! Every collection is a `BTreeMap` or a sorted `Vec`, so results never depend on hash order.
+//! Every collection iterated is a `BTreeMap`, a sorted `Vec` or a `Vec` indexed by key id (keys
+//! numbered in their string order), so results never depend on hash order: the hash maps and
+//! sets are only looked up.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
+use super::fast_hash::{FastMap, FastSet};
 use super::history::{DeadLettered, Delivery, Enqueued, History, Outcome};
 use super::Counterexample;
 use crate::ids::{PartitionId, Seq, Time};
@@ -13,11 +17,15 @@ type Found = (u64, Option<Counterexample>);
 pub(super) struct Index<'h> {
     history: &'h History,
     events: BTreeMap<Seq, &'h Enqueued>,
-    dead: BTreeMap<Seq, &'h DeadLettered>,
+    dead: FastMap<Seq, &'h DeadLettered>,
+    /// Every key of the history, numbered in string order.
+    keys: FastMap<&'h str, usize>,
     /// Indices into `deliveries`, sorted by arrival time then observation order.
     arrival_order: Vec<usize>,
     /// When each row left the queue (first acknowledgement or dead-letter).
-    resolved_at: BTreeMap<Seq, Time>,
+    resolved_at: FastMap<Seq, Time>,
+    /// Each key's deliveries in arrival order, by key id.
+    key_arrivals: Vec<Vec<&'h Delivery>>,
 }
 
 impl<'h> Index<'h> {
@@ -26,17 +34,40 @@ impl<'h> Index<'h> {
         let dead = history.dead_letters.iter().map(|d| (d.seq, d)).collect();
         let mut arrival_order: Vec<usize> = (0..history.deliveries.len()).collect();
         arrival_order.sort_by_key(|&i| (history.deliveries[i].arrived_at, i));
-        let mut resolved_at = BTreeMap::new();
+        let mut resolved_at = FastMap::default();
         let resolutions = history.acks.iter().map(|a| (a.seq, a.at));
         for (seq, at) in resolutions.chain(history.dead_letters.iter().map(|d| (d.seq, d.at))) {
             resolved_at.entry(seq).and_modify(|t: &mut Time| *t = (*t).min(at)).or_insert(at);
         }
-        Self { history, events, dead, arrival_order, resolved_at }
+        let keys = key_ids(history);
+        let mut key_arrivals: Vec<Vec<&Delivery>> = vec![Vec::new(); keys.len()];
+        for &i in &arrival_order {
+            let d = &history.deliveries[i];
+            key_arrivals[keys[d.key.as_str()]].push(d);
+        }
+        Self { history, events, dead, keys, arrival_order, resolved_at, key_arrivals }
+    }
+
+    /// The id of `key`, a key of the history.
+    fn key(&self, key: &str) -> usize {
+        self.keys[key]
     }
 
     fn arrivals(&self) -> impl Iterator<Item = &'h Delivery> + '_ {
         self.arrival_order.iter().map(|&i| &self.history.deliveries[i])
     }
+}
+
+/// The keys of the enqueues and deliveries, numbered in string order.
+fn key_ids(history: &History) -> FastMap<&str, usize> {
+    let mut seen: FastSet<&str> = FastSet::default();
+    let names = history.enqueued.iter().map(|e| e.key.as_str());
+    let mut distinct: Vec<&str> = names
+        .chain(history.deliveries.iter().map(|d| d.key.as_str()))
+        .filter(|k| seen.insert(k))
+        .collect();
+    distinct.sort_unstable();
+    distinct.into_iter().enumerate().map(|(i, k)| (k, i)).collect()
 }
 
 fn example(
@@ -66,13 +97,14 @@ fn record(found: &mut Found, make: impl FnOnce() -> Counterexample) {
 /// delivery the receiver acted on: what it acted on, and in which order, is what counts.
 pub(super) fn reorder(index: &Index<'_>) -> Found {
     let mut found = (0, None);
-    let mut seen = BTreeSet::new();
-    let mut latest: BTreeMap<&str, &Delivery> = BTreeMap::new();
+    let mut seen = FastSet::default();
+    let mut latest: Vec<Option<&Delivery>> = vec![None; index.keys.len()];
     for d in index.arrivals() {
         if d.outcome != Outcome::Accepted || !seen.insert(d.seq) {
             continue;
         }
-        match latest.get(d.key.as_str()) {
+        let slot = &mut latest[index.key(&d.key)];
+        match *slot {
             Some(later) if later.seq > d.seq => record(&mut found, || {
                 example(
                     &d.key,
@@ -87,9 +119,7 @@ pub(super) fn reorder(index: &Index<'_>) -> Found {
                     ),
                 )
             }),
-            _ => {
-                latest.insert(&d.key, d);
-            }
+            _ => *slot = Some(d),
         }
     }
     found
@@ -98,11 +128,12 @@ pub(super) fn reorder(index: &Index<'_>) -> Found {
 /// Redeliveries after acceptance; with `stale_only`, those that came after a later event.
 pub(super) fn duplicates(index: &Index<'_>, stale_only: bool) -> Found {
     let mut found = (0, None);
-    let mut accepted: BTreeMap<Seq, &Delivery> = BTreeMap::new();
-    let mut max_seq: BTreeMap<&str, &Delivery> = BTreeMap::new();
+    let mut accepted: FastMap<Seq, &Delivery> = FastMap::default();
+    let mut max_seq: Vec<Option<&Delivery>> = vec![None; index.keys.len()];
     for d in index.arrivals() {
+        let k = index.key(&d.key);
         if let Some(first) = accepted.get(&d.seq) {
-            let later = max_seq.get(d.key.as_str()).filter(|m| m.seq > d.seq);
+            let later = max_seq[k].filter(|m| m.seq > d.seq);
             if !stale_only || later.is_some() {
                 record(&mut found, || {
                     let mut items = vec![(first.event_id.as_str(), first.seq, first.arrived_at)];
@@ -122,8 +153,8 @@ pub(super) fn duplicates(index: &Index<'_>, stale_only: bool) -> Found {
         if d.outcome == Outcome::Accepted {
             accepted.entry(d.seq).or_insert(d);
         }
-        if max_seq.get(d.key.as_str()).is_none_or(|m| m.seq < d.seq) {
-            max_seq.insert(&d.key, d);
+        if max_seq[k].is_none_or(|m| m.seq < d.seq) {
+            max_seq[k] = Some(d);
         }
     }
     found
@@ -131,8 +162,8 @@ pub(super) fn duplicates(index: &Index<'_>, stale_only: bool) -> Found {
 
 /// Events neither accepted by an endpoint nor dead-lettered, and no longer queued.
 pub(super) fn lost(index: &Index<'_>) -> Found {
-    let queued: BTreeSet<Seq> = index.history.queued_at_end.iter().copied().collect();
-    let accepted: BTreeSet<Seq> = index
+    let queued: FastSet<Seq> = index.history.queued_at_end.iter().copied().collect();
+    let accepted: FastSet<Seq> = index
         .history
         .deliveries
         .iter()
@@ -207,20 +238,21 @@ pub(super) fn stalls(index: &Index<'_>, bound: std::time::Duration) -> Found {
 /// their partition within that span. The counterexample is the longest single wait.
 pub(super) fn head_of_line(index: &Index<'_>) -> Found {
     let history = index.history;
-    let mut attempts: BTreeMap<Seq, Vec<&Delivery>> = BTreeMap::new();
-    for d in &history.deliveries {
-        attempts.entry(d.seq).or_default().push(d);
-    }
-    let mut failing: BTreeSet<&str> = BTreeSet::new();
+    // Each event's attempts in send order (observation order at equal sends), events by seq.
+    let mut by_seq: Vec<&Delivery> = history.deliveries.iter().collect();
+    by_seq.sort_by_key(|d| (d.seq, d.sent_at));
+    let mut first_sent: FastMap<Seq, Time> = FastMap::default();
+    let mut failing = vec![false; index.keys.len()];
     let mut blocked: BTreeMap<PartitionId, Vec<(Time, Time)>> = BTreeMap::new();
-    for (seq, ds) in &mut attempts {
-        ds.sort_by_key(|d| d.sent_at);
+    for ds in by_seq.chunk_by(|a, b| a.seq == b.seq) {
+        let seq = &ds[0].seq;
+        first_sent.insert(*seq, ds[0].sent_at);
         for (i, d) in ds.iter().enumerate() {
             let next = ds.get(i + 1).map(|n| n.sent_at);
             if matches!(d.outcome, Outcome::Accepted) && next.is_none() {
                 continue;
             }
-            failing.insert(d.key.as_str());
+            failing[index.key(&d.key)] = true;
             let from = d.finished_at.unwrap_or(d.arrived_at);
             let to = next.or_else(|| index.resolved_at.get(seq).copied()).unwrap_or(history.end);
             if to > from {
@@ -238,19 +270,19 @@ pub(super) fn head_of_line(index: &Index<'_>) -> Found {
         let out = busy.get_mut(p).map(|b| merge(std::mem::take(b))).unwrap_or_default();
         *spans = subtract(merge(std::mem::take(spans)), &out);
     }
-    let mut healthy: BTreeMap<&str, Vec<&Enqueued>> = BTreeMap::new();
-    for e in history.enqueued.iter().filter(|e| !failing.contains(e.key.as_str())) {
-        healthy.entry(e.key.as_str()).or_default().push(e);
+    let mut healthy: Vec<Vec<&Enqueued>> = vec![Vec::new(); index.keys.len()];
+    for e in &history.enqueued {
+        let k = index.key(&e.key);
+        if !failing[k] {
+            healthy[k].push(e);
+        }
     }
     let (mut total, mut longest) = (std::time::Duration::ZERO, None);
-    for events in healthy.values_mut() {
+    for events in &mut healthy {
         events.sort_by_key(|e| e.seq);
         let mut previous = Time::ZERO;
         for e in events.iter() {
-            let Some(sent) = attempts.get(&e.seq).and_then(|ds| ds.first()).map(|d| d.sent_at)
-            else {
-                continue;
-            };
+            let Some(&sent) = first_sent.get(&e.seq) else { continue };
             let ready = e.at.max(previous);
             previous = index.resolved_at.get(&e.seq).copied().unwrap_or(sent);
             let spans = blocked.get(&e.partition).map_or(&[][..], Vec::as_slice);
@@ -313,10 +345,14 @@ fn subtract(spans: Vec<(Time, Time)>, holes: &[(Time, Time)]) -> Vec<(Time, Time
     out
 }
 
-/// The time within `from..to` covered by `spans` (sorted, possibly overlapping).
+/// The time within `from..to` covered by `spans` (sorted and disjoint).
+///
+/// `spans` come from [`subtract`], so both their starts and their ends increase: the search
+/// starts at the first span ending after `from` and stops at the first starting at `to`.
 fn overlap(spans: &[(Time, Time)], from: Time, to: Time) -> std::time::Duration {
     let (mut covered, mut reached) = (std::time::Duration::ZERO, from);
-    for &(a, b) in spans {
+    let first = spans.partition_point(|&(_, b)| b <= from);
+    for &(a, b) in spans[first..].iter().take_while(|&&(a, _)| a < to) {
         let (a, b) = (a.max(reached), b.min(to));
         if b > a {
             covered += b.saturating_since(a);
@@ -327,27 +363,49 @@ fn overlap(spans: &[(Time, Time)], from: Time, to: Time) -> std::time::Duration 
 }
 
 /// Dead-lettered events followed by a delivery of a later event of their key.
+///
+/// Each key's arrivals, in arrival order, carry the highest seq from each one to the last: a
+/// dead letter is followed when that maximum, from its first arrival at or after it, is above
+/// its seq. Only the first counterexample scans for the delivery that follows.
 pub(super) fn gaps(index: &Index<'_>) -> Found {
+    let by_key = &index.key_arrivals;
+    let later_max: Vec<Vec<Seq>> = by_key
+        .iter()
+        .map(|ds| {
+            let mut max = Vec::with_capacity(ds.len());
+            let mut m = Seq(i64::MIN);
+            for d in ds.iter().rev() {
+                m = m.max(d.seq);
+                max.push(m);
+            }
+            max.reverse();
+            max
+        })
+        .collect();
     let mut found = (0, None);
     let mut by_time: Vec<&DeadLettered> = index.history.dead_letters.iter().collect();
     by_time.sort_by_key(|d| (d.at, d.seq));
     for dl in by_time {
         let Some(ev) = index.events.get(&dl.seq) else { continue };
-        let next =
-            index.arrivals().find(|d| d.key == ev.key && d.seq > dl.seq && d.arrived_at >= dl.at);
-        if let Some(next) = next {
-            record(&mut found, || {
-                example(
-                    &ev.key,
-                    vec![ev.partition],
-                    &[(&ev.event_id, dl.seq, dl.at), (&next.event_id, next.seq, next.arrived_at)],
-                    format!(
-                        "seq {} was dead-lettered at {} ({}); seq {} followed",
-                        dl.seq, dl.at, dl.reason, next.seq
-                    ),
-                )
-            });
+        let k = index.key(&ev.key);
+        let (ds, max) = (&by_key[k], &later_max[k]);
+        let from = ds.partition_point(|d| d.arrived_at < dl.at);
+        if max.get(from).is_none_or(|m| *m <= dl.seq) {
+            continue;
         }
+        record(&mut found, || {
+            let next =
+                ds[from..].iter().find(|d| d.seq > dl.seq).expect("the maximum says one follows");
+            example(
+                &ev.key,
+                vec![ev.partition],
+                &[(&ev.event_id, dl.seq, dl.at), (&next.event_id, next.seq, next.arrived_at)],
+                format!(
+                    "seq {} was dead-lettered at {} ({}); seq {} followed",
+                    dl.seq, dl.at, dl.reason, next.seq
+                ),
+            )
+        });
     }
     found
 }
@@ -363,15 +421,7 @@ pub(super) fn concurrent(index: &Index<'_>) -> Found {
     let mut hits: Vec<(Time, usize, usize)> = Vec::new();
     for mut list in by_partition.into_values() {
         list.sort_by_key(|&i| (deliveries[i].sent_at, i));
-        let mut active: Vec<usize> = Vec::new();
-        for i in list {
-            let d = &deliveries[i];
-            active.retain(|&a| deliveries[a].end() > d.sent_at);
-            if let Some(&other) = active.first() {
-                hits.push((d.sent_at, other, i));
-            }
-            active.push(i);
-        }
+        hits.extend(overlaps(deliveries, &list));
     }
     hits.sort();
     let mut found = (0, None);
@@ -398,12 +448,14 @@ pub(super) fn concurrent(index: &Index<'_>) -> Found {
 /// split only if a newer-layout event is delivered while an older-layout event of the key is
 /// still queued on another partition.
 pub(super) fn split_keys(index: &Index<'_>) -> Found {
-    let mut by_key: BTreeMap<&str, Vec<&Enqueued>> = BTreeMap::new();
+    let mut by_key: Vec<Vec<&Enqueued>> = vec![Vec::new(); index.keys.len()];
     for e in index.events.values() {
-        by_key.entry(&e.key).or_default().push(e);
+        by_key[index.key(&e.key)].push(e);
     }
     let mut hits: Vec<(Time, Counterexample)> = Vec::new();
-    for (key, events) in by_key {
+    for events in by_key {
+        let Some(first) = events.first() else { continue };
+        let key = first.key.as_str();
         if events.iter().all(|e| e.partition == events[0].partition) {
             continue;
         }
@@ -460,6 +512,10 @@ fn same_layout_split(
 }
 
 /// The first delivery of a newer-layout event while an older-layout one is queued elsewhere.
+///
+/// A sweep over the key's arrivals: the key's rows enter the queued set at their enqueue and
+/// leave it at their resolution, and each arrival looks through the rows queued then, lowest
+/// seq first.
 fn cross_layout_split(
     index: &Index<'_>,
     key: &str,
@@ -468,12 +524,26 @@ fn cross_layout_split(
     if events.iter().all(|e| e.layout == events[0].layout) {
         return None;
     }
-    for d in index.arrivals().filter(|d| d.key == key) {
-        let Some(e) = index.events.get(&d.seq) else { continue };
+    let mut entering: Vec<&Enqueued> = events.to_vec();
+    entering.sort_by_key(|e| (e.at, e.seq));
+    let mut leaving: Vec<&Enqueued> = events.to_vec();
+    leaving.sort_by_key(|e| (resolved(index, e), e.seq));
+    let (mut next_in, mut next_out) = (0, 0);
+    let mut queued: BTreeMap<Seq, &Enqueued> = BTreeMap::new();
+    for d in &index.key_arrivals[index.key(key)] {
         let t = d.arrived_at;
-        let older = events.iter().find(|o| {
-            o.layout < e.layout && o.partition != d.partition && o.at <= t && resolved(index, o) > t
-        });
+        while let Some(o) = entering.get(next_in).filter(|o| o.at <= t) {
+            if resolved(index, o) > t {
+                queued.insert(o.seq, o);
+            }
+            next_in += 1;
+        }
+        while let Some(o) = leaving.get(next_out).filter(|o| resolved(index, o) <= t) {
+            queued.remove(&o.seq);
+            next_out += 1;
+        }
+        let Some(e) = index.events.get(&d.seq) else { continue };
+        let older = queued.values().find(|o| o.layout < e.layout && o.partition != d.partition);
         if let Some(o) = older {
             let note = format!(
                 "seq {} (layout {}) was delivered from partition {} while seq {} (layout {}) was still queued on partition {}",
@@ -498,13 +568,13 @@ fn cross_layout_split(
 pub(super) fn skips(index: &Index<'_>) -> Found {
     let history = index.history;
     let accepted_at = {
-        let mut first: BTreeMap<Seq, Time> = BTreeMap::new();
+        let mut first: FastMap<Seq, Time> = FastMap::default();
         for d in history.deliveries.iter().filter(|d| d.outcome == Outcome::Accepted) {
             first.entry(d.seq).and_modify(|t| *t = (*t).min(d.arrived_at)).or_insert(d.arrived_at);
         }
         first
     };
-    let queued_at_end: BTreeSet<Seq> = history.queued_at_end.iter().copied().collect();
+    let queued_at_end: FastSet<Seq> = history.queued_at_end.iter().copied().collect();
     // (time, order, what): at one instant, rows enter, then leave, then deliveries are judged.
     enum Step<'a> {
         Enter(&'a Enqueued),
@@ -512,7 +582,7 @@ pub(super) fn skips(index: &Index<'_>) -> Found {
         Send(&'a Delivery),
     }
     let mut steps: Vec<(Time, u8, usize, Step<'_>)> = Vec::new();
-    let mut left_at: BTreeMap<Seq, Time> = BTreeMap::new();
+    let mut left_at: FastMap<Seq, Time> = FastMap::default();
     for (n, e) in index.events.values().enumerate() {
         let left = [accepted_at.get(&e.seq), index.resolved_at.get(&e.seq)]
             .into_iter()
@@ -534,21 +604,19 @@ pub(super) fn skips(index: &Index<'_>) -> Found {
         steps.push((d.sent_at, 2, n, Step::Send(d)));
     }
     steps.sort_by_key(|(t, order, n, _)| (*t, *order, *n));
-    let mut queued: BTreeMap<&str, BTreeSet<Seq>> = BTreeMap::new();
-    let mut counted: BTreeSet<Seq> = BTreeSet::new();
+    let mut queued: Vec<BTreeSet<Seq>> = vec![BTreeSet::new(); index.keys.len()];
+    let mut counted: FastSet<Seq> = FastSet::default();
     let mut found = (0, None);
     for (_, _, _, step) in steps {
         match step {
             Step::Enter(e) => {
-                queued.entry(e.key.as_str()).or_default().insert(e.seq);
+                queued[index.key(&e.key)].insert(e.seq);
             }
             Step::Leave(e) => {
-                if let Some(set) = queued.get_mut(e.key.as_str()) {
-                    set.remove(&e.seq);
-                }
+                queued[index.key(&e.key)].remove(&e.seq);
             }
             Step::Send(d) => {
-                let head = queued.get(d.key.as_str()).and_then(|s| s.first().copied());
+                let head = queued[index.key(&d.key)].first().copied();
                 let Some(head) = head.filter(|h| *h < d.seq) else { continue };
                 if !counted.insert(d.seq) {
                     continue;
@@ -574,4 +642,108 @@ pub(super) fn skips(index: &Index<'_>) -> Found {
         }
     }
     found
+}
+
+/// Deliveries sent before their event's enqueue by more than `skew`, or of an event whose
+/// enqueue rolled back. Each event counts once; the counterexample is the earliest such send
+/// (observation order at equal times).
+pub(super) fn premature(index: &Index<'_>, skew: std::time::Duration) -> Found {
+    let aborted: FastMap<Seq, &Enqueued> =
+        index.history.aborted.iter().map(|e| (e.seq, e)).collect();
+    let mut hits: Vec<(Time, usize, &Delivery, &Enqueued, bool)> = Vec::new();
+    for (n, d) in index.history.deliveries.iter().enumerate() {
+        if let Some(e) = aborted.get(&d.seq) {
+            hits.push((d.sent_at, n, d, e, true));
+        } else if let Some(e) = index.events.get(&d.seq) {
+            if d.sent_at.saturating_add(skew) < e.at {
+                hits.push((d.sent_at, n, d, e, false));
+            }
+        }
+    }
+    hits.sort_by_key(|(t, n, ..)| (*t, *n));
+    let mut counted: FastSet<Seq> = FastSet::default();
+    let mut found = (0, None);
+    for (_, _, d, e, rolled_back) in hits {
+        if !counted.insert(d.seq) {
+            continue;
+        }
+        record(&mut found, || {
+            let note = if rolled_back {
+                format!(
+                    "seq {} was sent at {} although its enqueue rolled back at {}",
+                    d.seq, d.sent_at, e.at
+                )
+            } else {
+                format!(
+                    "seq {} was sent at {}, before it was enqueued at {} (clock-skew tolerance {} ms)",
+                    d.seq,
+                    d.sent_at,
+                    e.at,
+                    skew.as_secs_f64() * 1000.0
+                )
+            };
+            let items =
+                [(e.event_id.as_str(), e.seq, e.at), (d.event_id.as_str(), d.seq, d.sent_at)];
+            example(&d.key, vec![e.partition, d.partition], &items, note)
+        });
+    }
+    found
+}
+
+/// Overlapping deliveries of one key, whatever their partitions: a delivery sent while an
+/// earlier one of its key (another event, or the same one by another worker) had not ended.
+/// From a receiver's log, sent is the arrival and the end is the answer.
+pub(super) fn concurrent_key(index: &Index<'_>) -> Found {
+    let deliveries = &index.history.deliveries;
+    let mut by_key: Vec<Vec<usize>> = vec![Vec::new(); index.keys.len()];
+    for (i, d) in deliveries.iter().enumerate() {
+        by_key[index.key(&d.key)].push(i);
+    }
+    let mut hits: Vec<(Time, usize, usize)> = Vec::new();
+    for list in &mut by_key {
+        list.sort_by_key(|&i| (deliveries[i].sent_at, i));
+        hits.extend(overlaps(deliveries, list));
+    }
+    hits.sort();
+    let mut found = (0, None);
+    for (_, a, b) in hits {
+        let (a, b) = (&deliveries[a], &deliveries[b]);
+        record(&mut found, || {
+            example(
+                &b.key,
+                vec![a.partition, b.partition],
+                &[(&a.event_id, a.seq, a.sent_at), (&b.event_id, b.seq, b.sent_at)],
+                format!(
+                    "seq {} was sent at {} while seq {} of the same key (sent at {}) was still in flight until {}",
+                    b.seq, b.sent_at, a.seq, a.sent_at, a.end()
+                ),
+            )
+        });
+    }
+    found
+}
+
+/// For deliveries `list` in send order, each one sent while an earlier one had not ended, with
+/// the earliest such: `(sent, earlier, later)`.
+fn overlaps(deliveries: &[Delivery], list: &[usize]) -> Vec<(Time, usize, usize)> {
+    let mut hits = Vec::new();
+    // The deliveries still in flight, by send order, and the same by end to retire them.
+    let mut active: BTreeSet<usize> = BTreeSet::new();
+    let mut ends: BinaryHeap<Reverse<(Time, usize)>> = BinaryHeap::new();
+    for (n, i) in list.iter().copied().enumerate() {
+        let d = &deliveries[i];
+        while let Some(Reverse((end, m))) = ends.peek().copied() {
+            if end > d.sent_at {
+                break;
+            }
+            ends.pop();
+            active.remove(&m);
+        }
+        if let Some(&other) = active.first() {
+            hits.push((d.sent_at, list[other], i));
+        }
+        active.insert(n);
+        ends.push(Reverse((d.end(), n)));
+    }
+    hits
 }

@@ -1,6 +1,6 @@
-//! The buffered acknowledgements of every lease on one connection, deleted together. Sans-IO:
-//! the SQLite store keeps one per connection and the simulation's expiry-lease client one per
-//! worker process, so the simulation proves the rule production runs.
+//! The buffered acknowledgements of every lease on one connection, deleted together. Sans-IO: a part of
+//! [`ExpiryDrain`](crate::store::expiry_drain::ExpiryDrain), which the SQLite store and the
+//! simulation's expiry-lease client both drive.
 //!
 //! Rows of different partitions interleave in a queue table (seq order is arrival order), so a
 //! page holds rows of many partitions. Deleting each partition's acknowledgements in its own

@@ -1,6 +1,6 @@
-//! Where an expiry lease's next head read starts. Sans-IO: the SQLite store and the
-//! simulation's expiry-lease client each keep one per lease, so the simulation proves the rule
-//! production runs.
+//! Where an expiry lease's next head read starts. Sans-IO: a part of
+//! [`ExpiryDrain`](crate::store::expiry_drain::ExpiryDrain), which the SQLite store and the
+//! simulation's expiry-lease client both drive.
 //!
 //! Heads are read after the last acknowledged (or dead-lettered) seq. That skips rows whose
 //! deletes are still buffered ([`crate::store::ack_buffer`]) without looking at them, and is

@@ -23,14 +23,15 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::routing::PartitionCount;
 
-pub mod ack_buffer;
+mod ack_buffer;
 pub mod admin;
 pub mod any;
-pub mod head_cursor;
+pub mod expiry_drain;
+mod head_cursor;
 pub mod lock_wait;
 pub mod open;
 pub mod postgres;
-pub mod read_ahead;
+mod read_ahead;
 pub mod session_drain;
 pub mod sqlite;
 pub mod timed;

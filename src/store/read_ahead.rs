@@ -1,6 +1,6 @@
-//! Heads read ahead under an expiry lease, judged by the holder's clock. Sans-IO: the SQLite
-//! store and the simulation's expiry-lease client each keep one per lease, so the simulation
-//! proves the code production runs.
+//! Heads read ahead under an expiry lease, judged by the holder's clock. Sans-IO: a part of
+//! [`ExpiryDrain`](crate::store::expiry_drain::ExpiryDrain), which the SQLite store and the
+//! simulation's expiry-lease client both drive.
 //!
 //! One fenced statement reads a batch of a partition's oldest rows; the holder then takes them
 //! one at a time without going back to the store, but only while the lease's expiry, as the
@@ -105,13 +105,8 @@ impl ReadAhead {
     }
 
     /// Buffered rows.
-    pub fn len(&self) -> usize {
+    pub fn buffered(&self) -> usize {
         self.heads.len()
-    }
-
-    /// Whether no row is buffered.
-    pub fn is_empty(&self) -> bool {
-        self.heads.is_empty()
     }
 }
 
@@ -147,15 +142,15 @@ mod tests {
     }
 
     #[test]
-    fn len_and_is_empty_count_the_buffered_rows() {
+    fn len_counts_the_buffered_rows() {
         let mut r = ahead(10_000);
-        assert_eq!((r.len(), r.is_empty()), (0, true));
+        assert_eq!(r.buffered(), 0);
         r.fill(vec![row(1, "a", None), row(2, "b", None), row(3, "c", Some(5))]);
-        assert_eq!((r.len(), r.is_empty()), (2, false), "the row that waits is not kept");
+        assert_eq!(r.buffered(), 2, "the row that waits is not kept");
         r.acked(Seq(1));
-        assert_eq!((r.len(), r.is_empty()), (1, false));
+        assert_eq!(r.buffered(), 1);
         r.clear();
-        assert_eq!((r.len(), r.is_empty()), (0, true));
+        assert_eq!(r.buffered(), 0);
     }
 
     #[test]
@@ -196,11 +191,11 @@ mod tests {
         let mut r = ahead(10_000);
         let head = r.fill(vec![row(1, "a", None), row(2, "b", Some(50)), row(3, "c", None)]);
         assert_eq!(head.map(|h| h.seq), Some(Seq(1)));
-        assert_eq!(r.len(), 1, "only the rows before the waiting one");
+        assert_eq!(r.buffered(), 1, "only the rows before the waiting one");
         // A waiting head is returned, and nothing kept behind it.
         let head = r.fill(vec![row(2, "b", Some(50)), row(3, "c", None)]);
         assert_eq!(head.map(|h| h.wait.is_some()), Some(true));
-        assert!(r.is_empty());
+        assert_eq!(r.buffered(), 0);
         assert_eq!(r.fill(Vec::new()), None);
     }
 

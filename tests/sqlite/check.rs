@@ -167,3 +167,88 @@ fn a_real_drain_is_judged_clean_and_a_swapped_key_is_not() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("breaks the contract: reorder"), "{}", text(&out));
 }
+
+#[test]
+fn a_delivery_before_its_enqueue_or_of_an_aborted_event_exits_1_with_premature() {
+    let dir = TempDir::new("check-premature");
+    // Enqueued (committed) at 100 ms, its delivery sent at 10 ms and accepted.
+    let early = r#"{"type":"enqueued","event_id":"e1","key":"a","seq":1,"partition":0,"at_ms":100}
+{"type":"delivery","event_id":"e1","key":"a","partition":0,"sent_ms":10,"arrived_ms":10,"answered_ms":11,"outcome":"accepted"}
+"#;
+    std::fs::write(dir.path("early.jsonl"), early).unwrap();
+    let out = check(&dir.0, &["early.jsonl"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("breaks the contract: premature"), "{}", text(&out));
+    let out = check(&dir.0, &["--clock-skew-ms", "90", "early.jsonl"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let aborted = r#"{"type":"aborted","event_id":"e1","key":"a","seq":1,"partition":0,"at_ms":5}
+{"type":"delivery","event_id":"e1","key":"a","partition":0,"sent_ms":10,"arrived_ms":10,"answered_ms":11,"outcome":"accepted"}
+"#;
+    std::fs::write(dir.path("aborted.jsonl"), aborted).unwrap();
+    let out = check(&dir.0, &["aborted.jsonl"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("its enqueue rolled back"), "{}", text(&out));
+}
+
+#[test]
+fn a_receivers_log_with_one_key_in_flight_twice_exits_1_with_concurrent_key() {
+    let dir = TempDir::new("check-concurrent-key");
+    let log = r#"{"type":"delivery","event_id":"e1","key":"a","seq":1,"arrived_ms":10,"answered_ms":20,"outcome":"accepted"}
+{"type":"delivery","event_id":"e2","key":"a","seq":2,"arrived_ms":12,"answered_ms":13,"outcome":"accepted"}
+"#;
+    std::fs::write(dir.path("r.jsonl"), log).unwrap();
+    let out = check(&dir.0, &["--receiver-only", "r.jsonl"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("breaks the contract: concurrent_key"), "{}", text(&out));
+    assert!(text(&out).contains("2 record(s) name no partition"), "{}", text(&out));
+}
+
+#[test]
+fn an_arrival_just_before_its_send_passes_with_the_tolerance_and_is_counted() {
+    let dir = TempDir::new("check-skew");
+    let h = r#"{"type":"enqueued","event_id":"e1","key":"a","seq":1,"partition":0,"at_ms":1}
+{"type":"delivery","event_id":"e1","key":"a","partition":0,"sent_ms":10.3,"arrived_ms":10,"answered_ms":11,"outcome":"accepted"}
+"#;
+    std::fs::write(dir.path("h.jsonl"), h).unwrap();
+    let out = check(&dir.0, &["h.jsonl"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("h.jsonl: line 2: arrived_ms is before sent_ms by 0.300 ms"));
+    let out = check(&dir.0, &["--clock-skew-ms", "0.5", "--json", "h.jsonl"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["skew_forgiven"], 1, "{v}");
+}
+
+#[test]
+fn several_files_are_one_history_and_errors_name_the_file_and_its_line() {
+    let dir = TempDir::new("check-files");
+    let (head, tail): (Vec<&str>, Vec<&str>) = {
+        let lines: Vec<&str> = SKIPPED.lines().collect();
+        (lines[..2].to_vec(), lines[2..].to_vec())
+    };
+    std::fs::write(dir.path("a.jsonl"), head.join("\n") + "\n").unwrap();
+    std::fs::write(dir.path("b.jsonl"), tail.join("\n") + "\n").unwrap();
+    let out = check(&dir.0, &["a.jsonl", "b.jsonl"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("breaks the contract: skip"), "{}", text(&out));
+    let bad = tail.join("\n").replace("\"e2\",\"key\":\"a\"", "\"e9\",\"key\":\"a\"");
+    std::fs::write(dir.path("c.jsonl"), bad).unwrap();
+    let out = check(&dir.0, &["a.jsonl", "c.jsonl"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("c.jsonl: line 2: event \"e9\""), "{}", text(&out));
+}
+
+#[test]
+fn a_gzipped_history_is_read_like_a_plain_one() {
+    let dir = TempDir::new("check-gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, SKIPPED.as_bytes()).unwrap();
+    std::fs::write(dir.path("h.jsonl.gz"), gz.finish().unwrap()).unwrap();
+    let out = check(&dir.0, &["h.jsonl.gz"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("h.jsonl.gz breaks the contract: skip"), "{}", text(&out));
+    std::fs::write(dir.path("bad.gz"), b"not gzip").unwrap();
+    let out = check(&dir.0, &["bad.gz"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("bad.gz"), "{}", text(&out));
+}

@@ -1,7 +1,8 @@
 //! The worker's store client in the simulation: production's `Store`, `MembershipSession` and
 //! `LeaseSession` traits over the store protocol to the simulated store host, with
-//! production's shared lease logic (session drain, read-ahead, acknowledgement buffer) doing
-//! the deciding.
+//! production's sans-IO lease drains doing the deciding: [`SessionDrain`] for session locks
+//! (`session.rs`), [`ExpiryDrain`](keyorder::store::expiry_drain::ExpiryDrain) for expiry
+//! leases (`expiry.rs`). This file opens sessions and routes each lease call to its model.
 //!
 //! Every store call is bounded by the worker loop's shared wrapper ([`keyorder::store::timed`]),
 //! the code production runs; this client applies its own timeouts only where they mean more
@@ -15,25 +16,25 @@
 //! stop between that check and the send, microseconds in production, is the one window no lease
 //! can cover, and the simulation does not sample it).
 
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
 use keyorder::clock::Clock;
 use keyorder::drain::ParkedKeys;
-use keyorder::store::ack_buffer::{AckBuffer, LeaseKey};
-use keyorder::store::head_cursor::HeadCursor;
-use keyorder::store::read_ahead::ReadAhead;
-use keyorder::store::session_drain::{HeadPlan, Read, Seen, SessionDrain, SessionDrainOptions};
+use keyorder::store::expiry_drain::ExpiryAcks;
+use keyorder::store::session_drain::{SessionDrain, SessionDrainOptions};
 use keyorder::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
-use keyorder::{Epoch, PartitionCount, PartitionId, Seq, Time};
+use keyorder::{Epoch, PartitionCount, PartitionId, Seq};
 
 use super::worker::SimClock;
 use crate::control::SharedControl;
-use crate::protocol::{
-    Conn, LeaseAcks, LeaseId, StoreRequest, StoreResponse, WireHead, STORE_PORT,
-};
+use crate::protocol::{Conn, StoreRequest, StoreResponse, WireHead, STORE_PORT};
 
+mod expiry;
+mod session;
+
+use expiry::ExpiryLease;
+use session::{Route, SessionLease};
 /// The broken designs that live in the worker's store client.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ClientBreaks {
@@ -106,7 +107,7 @@ pub struct SimStore {
     expiry: Option<ExpiryClient>,
     /// Expiry leases: the acknowledgements of every lease of this worker process, buffered
     /// together as production SQLite buffers a connection's (lost with the process).
-    acks: Rc<RefCell<AckBuffer<()>>>,
+    acks: ExpiryAcks<()>,
 }
 
 impl SimStore {
@@ -127,7 +128,7 @@ impl SimStore {
             cursor_past_late_commit: false,
             clock,
             expiry,
-            acks: Rc::default(),
+            acks: ExpiryAcks::new(),
         }
     }
 
@@ -147,113 +148,45 @@ pub struct SimControl {
     worker: Rc<str>,
 }
 
-/// A session holding one partition's lease.
+/// A session holding one partition's lease: the connection and identity every lease model
+/// shares, and the model's own state.
 pub struct SimLease {
+    wire: LeaseWire,
+    /// How the previous holder handed the lease back, as the store recorded it.
+    handover: Handover,
+    model: LeaseModel,
+}
+
+/// What every lease model of the client shares: the lease's connection, identity, and the
+/// worker process it belongs to.
+struct LeaseWire {
     conn: Conn,
     partition: PartitionId,
     epoch: Epoch,
-    /// How the previous holder handed the lease back, as the store recorded it.
-    handover: Handover,
     request_timeout: Duration,
-    /// `unfenced-lease` only: the pooled connection statements go over instead of `conn`.
-    pool: Option<Pool>,
     worker: Rc<str>,
     control: SharedControl,
-    /// Expiry leases only: what the holder knows of its expiry.
-    expiry: Option<Expiry>,
-    /// Session leases only: the cursor, rows read ahead and buffered acknowledgements, by
-    /// production PostgreSQL's rules ([`SessionDrain`]).
-    drain: Option<SessionDrain>,
     /// The worker's clock.
     clock: SimClock,
 }
 
-/// An expiry lease as its holder sees it: the expiry the store last answered (store time), the
-/// holder's clock to judge it by, and the renewal task (stopped with the lease).
-struct Expiry {
-    until: Rc<Cell<Time>>,
-    clock: SimClock,
-    renewer: tokio::task::JoinHandle<()>,
-    /// The rows read ahead, judged by production's code ([`ReadAhead`]).
-    ahead: ReadAhead,
-    /// Where the next head read starts, by production's code ([`HeadCursor`]).
-    cursor: HeadCursor,
-    /// The worker process's buffered acknowledgements, shared by its leases.
-    acks: Rc<RefCell<AckBuffer<()>>>,
-    /// This lease in `acks`.
-    key: LeaseKey,
-    client: ExpiryClient,
-    /// `cursor-past-parked`: an unpark leaves the cursor where it was.
-    cursor_past_parked: bool,
-}
+impl LeaseWire {
+    /// Waits while the worker's process is stopped.
+    async fn gate(&self) {
+        gate(&self.control, &self.worker).await;
+    }
 
-impl Expiry {
-    /// Whether the lease, as the store last answered (by a statement or the renewal timer),
-    /// lasts `needed` plus the margin beyond this holder's now.
-    fn lasts(&mut self, needed: Duration) -> bool {
-        self.ahead.expires(self.until.get());
-        self.ahead.lasts(self.clock.now(), needed)
+    fn not_held(&self) -> StoreError {
+        StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch }
     }
 }
 
-impl Drop for Expiry {
-    fn drop(&mut self) {
-        self.renewer.abort();
-        // Unflushed acknowledgements stay queued; no later flush renews a dropped lease.
-        self.acks.borrow_mut().forget(self.key);
-    }
-}
-
-/// The holder's renewal timer: renews the lease every `every` on a connection of its own, so
-/// renewal goes on during a long delivery. A refusal ends it (the next statement of the lease
-/// reports the loss); a failed connection is replaced at the next tick.
-async fn renew(
-    lease: (PartitionId, Epoch),
-    until: Rc<Cell<Time>>,
-    (worker, control): (Rc<str>, SharedControl),
-    every: Duration,
-    timeout: Duration,
-) {
-    let (partition, epoch) = lease;
-    let mut conn: Option<Conn> = None;
-    loop {
-        tokio::time::sleep(every).await;
-        gate(&control, &worker).await;
-        let late = control.borrow().late_renewals.get(&*worker).copied();
-        if let Some(late) = late {
-            tokio::time::sleep(late).await;
-            gate(&control, &worker).await;
-        }
-        if conn.is_none() {
-            conn = Conn::connect(("store", STORE_PORT), timeout).await.ok();
-        }
-        let Some(c) = &mut conn else { continue };
-        match c.call(&StoreRequest::Renew { partition, epoch }, "renew", timeout).await {
-            Ok(StoreResponse::Lasts { until_us, .. }) => {
-                until.set(until.get().max(Time(Duration::from_micros(until_us))));
-            }
-            Ok(StoreResponse::NotHeld) => return,
-            Ok(_) => {}
-            Err(_) => conn = None,
-        }
-    }
-}
-
-/// The `unfenced-lease` design's connection pool: a statement that fails is retried on a
-/// fresh connection, so a lost lease goes unnoticed.
-struct Pool {
-    conn: Option<Conn>,
-}
-
-/// Attempts a pooled statement gets before the pool gives up (a bound, not a design choice).
-const POOL_ATTEMPTS: usize = 200;
-
-fn unexpected(operation: &'static str, resp: StoreResponse) -> StoreError {
-    let reason = match resp {
-        StoreResponse::Refused(reason) => reason,
-        other => format!("unexpected answer {other:?}"),
-    };
-    StoreError::Refused { operation, reason }
+/// How a lease is held: each model's state, driven by production's sans-IO drain.
+enum LeaseModel {
+    /// A session lock (PostgreSQL's advisory lock), by [`SessionDrain`]'s rules.
+    Session(SessionLease),
+    /// An expiry lease (SQLite's lease row), by `ExpiryDrain`'s rules.
+    Expiry(ExpiryLease),
 }
 
 impl Store for SimStore {
@@ -280,23 +213,42 @@ impl Store for SimStore {
         gate(&self.control, &self.worker).await;
         let mut conn = Conn::connect(("store", STORE_PORT), self.request_timeout).await?;
         let req = StoreRequest::TryLock { partition, worker: self.worker.to_string() };
-        match conn.call(&req, "try_lock", self.request_timeout).await? {
-            StoreResponse::Lock(Some(granted)) => Ok(Some(SimLease {
-                conn,
-                partition,
-                epoch: granted.epoch,
-                handover: if granted.clean { Handover::Clean } else { Handover::Unclean },
-                request_timeout: self.request_timeout,
-                pool: self.unfenced.then_some(Pool { conn: None }),
-                worker: self.worker.clone(),
-                control: self.control.clone(),
-                expiry: self.expiry_of(partition, granted.epoch, granted.until_us),
-                drain: self.expiry.is_none().then(|| self.session_drain()),
-                clock: self.clock,
-            })),
-            StoreResponse::Lock(None) => Ok(None),
-            other => Err(unexpected("try_lock", other)),
-        }
+        let granted = match conn.call(&req, "try_lock", self.request_timeout).await? {
+            StoreResponse::Lock(Some(granted)) => granted,
+            StoreResponse::Lock(None) => return Ok(None),
+            other => return Err(unexpected("try_lock", other)),
+        };
+        let epoch = granted.epoch;
+        let model = match self.expiry {
+            Some(client) => {
+                // The store and its clients agree on the lease model: a store of session locks
+                // grants no expiry, a store of expiry leases always one.
+                assert!(
+                    granted.until_us.is_some(),
+                    "invariant: an expiry store grants p{partition} epoch {epoch} with an expiry"
+                );
+                LeaseModel::Expiry(ExpiryLease::new(self, client, partition, epoch))
+            }
+            None => {
+                assert!(
+                    granted.until_us.is_none(),
+                    "invariant: a session-lock store grants p{partition} epoch {epoch} without an expiry"
+                );
+                let route = if self.unfenced { Route::pooled() } else { Route::Own };
+                LeaseModel::Session(SessionLease::new(self.session_drain(), route))
+            }
+        };
+        let wire = LeaseWire {
+            conn,
+            partition,
+            epoch,
+            request_timeout: self.request_timeout,
+            worker: self.worker.clone(),
+            control: self.control.clone(),
+            clock: self.clock,
+        };
+        let handover = if granted.clean { Handover::Clean } else { Handover::Unclean };
+        Ok(Some(SimLease { wire, handover, model }))
     }
 }
 
@@ -312,35 +264,14 @@ impl SimStore {
         }
         drain
     }
+}
 
-    /// The holder's view of a granted expiry lease, with its renewal task started.
-    fn expiry_of(
-        &self,
-        partition: PartitionId,
-        epoch: Epoch,
-        until_us: Option<u64>,
-    ) -> Option<Expiry> {
-        let (client, until_us) = (self.expiry?, until_us?);
-        let until = Rc::new(Cell::new(Time(Duration::from_micros(until_us))));
-        let renewer = tokio::task::spawn_local(renew(
-            (partition, epoch),
-            until.clone(),
-            (self.worker.clone(), self.control.clone()),
-            client.renew_every,
-            self.request_timeout,
-        ));
-        Some(Expiry {
-            until,
-            clock: self.clock,
-            renewer,
-            ahead: ReadAhead::new(client.margin),
-            cursor: HeadCursor::new(),
-            acks: self.acks.clone(),
-            key: (partition.0, epoch.0),
-            client,
-            cursor_past_parked: self.cursor_past_parked,
-        })
-    }
+fn unexpected(operation: &'static str, resp: StoreResponse) -> StoreError {
+    let reason = match resp {
+        StoreResponse::Refused(reason) => reason,
+        other => format!("unexpected answer {other:?}"),
+    };
+    StoreError::Refused { operation, reason }
 }
 
 impl MembershipSession for SimControl {
@@ -362,254 +293,13 @@ impl MembershipSession for SimControl {
     }
 }
 
-impl SimLease {
-    async fn fenced(
-        &mut self,
-        req: StoreRequest,
-        operation: &'static str,
-    ) -> Result<StoreResponse, StoreError> {
-        gate(&self.control, &self.worker).await;
-        if self.pool.is_some() {
-            return self.pooled(req, operation).await;
-        }
-        let answer = match &self.expiry {
-            Some(_) => self.call_anywhere(&req, operation).await?,
-            // A session lock's statement: bounded by the worker's shared wrapper, not here.
-            None => self.conn.exchange(&req).await?,
-        };
-        match answer {
-            StoreResponse::NotHeld => {
-                Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
-            }
-            StoreResponse::Lasts { until_us, answer } => {
-                if let Some(e) = &self.expiry {
-                    e.until.set(e.until.get().max(Time(Duration::from_micros(until_us))));
-                }
-                Ok(*answer)
-            }
-            other => Ok(other),
-        }
-    }
-
-    /// An expiry lease's statement: fenced by its epoch in the store, not by the connection, so
-    /// a failed connection is replaced and the statement sent once more (every fenced statement
-    /// is idempotent).
-    async fn call_anywhere(
-        &mut self,
-        req: &StoreRequest,
-        operation: &'static str,
-    ) -> Result<StoreResponse, StoreError> {
-        let timeout = self.request_timeout;
-        match self.conn.call(req, operation, timeout).await {
-            Ok(answer) => Ok(answer),
-            Err(_) => {
-                self.conn = Conn::connect(("store", STORE_PORT), timeout).await?;
-                self.conn.call(req, operation, timeout).await
-            }
-        }
-    }
-
-    /// The `unfenced-lease` path: keep the lease session looking alive (errors ignored), and run
-    /// the statement on a pooled connection, reconnecting until it goes through.
-    async fn pooled(
-        &mut self,
-        req: StoreRequest,
-        operation: &'static str,
-    ) -> Result<StoreResponse, StoreError> {
-        let timeout = self.request_timeout;
-        let _ = self.conn.call(&StoreRequest::Ping, "ping", timeout).await;
-        let pool = self.pool.as_mut().expect("called only with a pool");
-        let mut last = None;
-        for _ in 0..POOL_ATTEMPTS {
-            if pool.conn.is_none() {
-                let mut fresh = Conn::connect(("store", STORE_PORT), timeout).await.ok();
-                if let Some(c) = &mut fresh {
-                    if !matches!(
-                        c.call(&StoreRequest::Pooled, "pool", timeout).await,
-                        Ok(StoreResponse::Ok)
-                    ) {
-                        fresh = None;
-                    }
-                }
-                if fresh.is_none() {
-                    tokio::time::sleep(timeout).await;
-                    continue;
-                }
-                pool.conn = fresh;
-            }
-            let conn = pool.conn.as_mut().expect("connected above");
-            match conn.call(&req, operation, timeout).await {
-                Ok(resp) => return Ok(resp),
-                Err(err) => {
-                    pool.conn = None;
-                    last = Some(err);
-                }
-            }
-        }
-        Err(last.unwrap_or(StoreError::Timeout { operation, after: timeout }))
-    }
-
-    async fn expect_ok(
-        &mut self,
-        req: StoreRequest,
-        operation: &'static str,
-    ) -> Result<(), StoreError> {
-        match self.fenced(req, operation).await? {
-            StoreResponse::Ok => Ok(()),
-            other => Err(unexpected(operation, other)),
-        }
-    }
-
-    /// A session lease's statement, sent at `sent`, answered: what its drain knows of the
-    /// session (heard when the statement was sent, see `SessionDrain::heard`).
-    fn heard(&mut self, sent: Time) {
-        if let Some(d) = &mut self.drain {
-            d.heard(sent);
-        }
-    }
-
-    /// Fails when a flush, this lease's or another's, found this expiry lease lost (production
-    /// SQLite's check before every call).
-    fn check_held(&self) -> Result<(), StoreError> {
-        match &self.expiry {
-            Some(e) if e.acks.borrow().is_lost(e.key) => {
-                Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Deletes an expiry lease's worker's buffered acknowledgements, of all its leases, in one
-    /// statement: each lease's rows after its own fenced renewal (production SQLite's flush).
-    /// A lease refused is marked lost; a flush that fails as a whole puts every row back.
-    async fn flush_expiry_acks(&mut self) -> Result<(), StoreError> {
-        let Some(e) = &self.expiry else { return Ok(()) };
-        if e.acks.borrow().is_empty() {
-            return self.check_held();
-        }
-        let batch = e.acks.borrow_mut().take();
-        let leases = batch
-            .iter()
-            .map(|(&(p, epoch), (_, seqs))| LeaseAcks {
-                partition: PartitionId(p),
-                epoch: Epoch(epoch),
-                seqs: seqs.iter().map(|&s| Seq(s)).collect(),
-            })
-            .collect();
-        gate(&self.control, &self.worker).await;
-        let answer = self.call_anywhere(&StoreRequest::FlushAcks { leases }, "ack").await;
-        let Some(e) = &self.expiry else { return Ok(()) };
-        match answer {
-            Ok(StoreResponse::Lost(lost)) => {
-                e.acks.borrow_mut().mark_lost(
-                    lost.into_iter().map(|LeaseId { partition, epoch }| (partition.0, epoch.0)),
-                );
-                self.check_held()
-            }
-            Ok(other) => {
-                e.acks.borrow_mut().restore(batch, self.clock.now());
-                Err(unexpected("ack", other))
-            }
-            Err(err) => {
-                e.acks.borrow_mut().restore(batch, self.clock.now());
-                Err(err)
-            }
-        }
-    }
-
-    /// Before a statement changes a row (a retry, a dead letter): what was read ahead is read
-    /// again, and the buffered acknowledgements go first.
-    async fn row_changes(&mut self) -> Result<(), StoreError> {
-        if let Some(e) = &mut self.expiry {
-            e.ahead.clear();
-        }
-        self.flush_acks().await?;
-        if let Some(d) = &mut self.drain {
-            d.changed();
-        }
-        Ok(())
-    }
-
-    /// Deletes the lease's buffered acknowledgements, if any.
-    async fn flush_acks(&mut self) -> Result<(), StoreError> {
-        if self.expiry.is_some() {
-            return self.flush_expiry_acks().await;
-        }
-        let Some(d) = self.drain.as_mut().filter(|d| d.has_acks()) else { return Ok(()) };
-        let seqs = d.take_acks();
-        let req = StoreRequest::AckMany { partition: self.partition, epoch: self.epoch, seqs };
-        let sent = self.clock.now();
-        self.expect_ok(req, "ack").await?;
-        self.heard(sent);
-        Ok(())
-    }
-
-    /// One round trip that proves a session: its buffered acknowledgements, else a ping.
-    async fn prove(&mut self) -> Result<(), StoreError> {
-        if self.drain.as_ref().is_some_and(SessionDrain::has_acks) {
-            return self.flush_acks().await;
-        }
-        let sent = self.clock.now();
-        self.expect_ok(StoreRequest::Ping, "ping").await?;
-        self.heard(sent);
-        Ok(())
-    }
-
-    /// A session lease's head read: `read`, and the look behind the cursor it may call for.
-    async fn read_after(&mut self, read: Read) -> Result<(), StoreError> {
-        let mut next = Some(read);
-        while let Some(read) = next {
-            let Some(d) = &self.drain else { return Ok(()) };
-            let (skip, limit) = (d.skipped().clone(), d.options().read_ahead);
-            let (partition, epoch) = (self.partition, self.epoch);
-            let watched = d.watched();
-            let req = StoreRequest::ReadAfter {
-                partition,
-                epoch,
-                after: read.after,
-                skip,
-                limit,
-                watched,
-            };
-            let (rows, running, late) = match self.fenced(req, "fetch_head").await? {
-                StoreResponse::Heads { heads, running, late } => {
-                    (heads.into_iter().map(stored).collect::<Vec<_>>(), running, late)
-                }
-                other => return Err(unexpected("fetch_head", other)),
-            };
-            let seen = Seen { running: &running, late };
-            next = self.drain.as_mut().and_then(|d| d.filled(read, rows, seen));
-        }
-        Ok(())
-    }
-
-    /// A session lease's head, by production PostgreSQL's rules.
-    async fn session_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
-        gate(&self.control, &self.worker).await;
-        let now = self.clock.now();
-        let Some(d) = &mut self.drain else { return Ok(None) };
-        match d.plan_head(skip, now) {
-            HeadPlan::Serve(head) => Ok(Some(head)),
-            HeadPlan::Prove => {
-                self.prove().await?;
-                Ok(self.drain.as_ref().and_then(SessionDrain::head))
-            }
-            HeadPlan::Read(read) => {
-                self.flush_acks().await?;
-                self.read_after(read).await?;
-                Ok(self.drain.as_ref().and_then(SessionDrain::head))
-            }
-        }
-    }
-}
-
 impl LeaseSession for SimLease {
     fn partition(&self) -> PartitionId {
-        self.partition
+        self.wire.partition
     }
 
     fn epoch(&self) -> Epoch {
-        self.epoch
+        self.wire.epoch
     }
 
     fn handover(&self) -> Handover {
@@ -620,132 +310,46 @@ impl LeaseSession for SimLease {
         // An expiry lease is fenced by epoch; the `unfenced-lease` design believes its lease
         // does not depend on its session (that is its flaw), so it neither keeps it alive nor
         // checks it.
-        self.expiry.is_none() && self.pool.is_none()
+        matches!(&self.model, LeaseModel::Session(s) if s.is_own())
     }
 
     fn request_budget(&self, request_timeout: Duration) -> Duration {
-        if self.pool.is_some() {
-            // The pool retries past any request timeout, up to its own bound.
-            request_timeout.saturating_mul(3 * POOL_ATTEMPTS as u32 + 1)
-        } else if self.expiry.is_some() {
-            // The buffered acknowledgements' flush, then the statement: each a call, and on
-            // failure a reconnect and the call once more.
-            request_timeout.saturating_mul(6)
-        } else {
-            request_timeout
+        match &self.model {
+            LeaseModel::Session(s) => s.request_budget(request_timeout),
+            LeaseModel::Expiry(_) => ExpiryLease::request_budget(request_timeout),
         }
     }
 
     async fn ready(&self) {
-        gate(&self.control, &self.worker).await;
+        self.wire.gate().await;
     }
 
     async fn keep_alive(&mut self) -> Result<(), StoreError> {
-        // A session lease's buffered acknowledgements prove it as well as a ping (PostgreSQL).
-        self.prove().await
+        match &mut self.model {
+            LeaseModel::Session(s) => s.prove(&mut self.wire).await,
+            LeaseModel::Expiry(e) => e.ping(&mut self.wire).await,
+        }
     }
 
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
-        gate(&self.control, &self.worker).await;
-        // A session lease proves its session again when it was last heard `ack_delay` ago or
-        // more, as production PostgreSQL's does (`SessionDrain::must_prove`).
-        if self.drain.as_ref().is_some_and(|d| d.must_prove(self.clock.now())) {
-            return self.prove().await;
-        }
-        let Some(e) = &mut self.expiry else { return Ok(()) };
-        // The store's expiry against this holder's clock, which may run up to the margin
-        // behind the store's; when it is too close, one fenced renewal answers again, as
-        // production SQLite does.
-        if e.lasts(needed) {
-            return self.check_held();
-        }
-        // Production's renewal is a fenced write, which deletes the buffered acknowledgements
-        // first.
-        self.flush_acks().await?;
-        let (partition, epoch) = (self.partition, self.epoch);
-        self.expect_ok(StoreRequest::Renew { partition, epoch }, "renew").await?;
-        if self.expiry.as_mut().is_some_and(|e| e.lasts(needed)) {
-            Ok(())
-        } else {
-            Err(StoreError::LeaseEnding { partition, epoch, needed })
+        match &mut self.model {
+            LeaseModel::Session(s) => s.ensure_lasts(&mut self.wire).await,
+            LeaseModel::Expiry(e) => e.ensure_lasts(&mut self.wire, needed).await,
         }
     }
 
     async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
-        if self.drain.is_some() {
-            return self.session_head(skip).await;
+        match &mut self.model {
+            LeaseModel::Session(s) => s.head(&mut self.wire, skip).await,
+            LeaseModel::Expiry(e) => e.head(&mut self.wire, skip).await,
         }
-        // An expiry lease: production SQLite's read-ahead, cursor and buffered
-        // acknowledgements.
-        gate(&self.control, &self.worker).await;
-        self.check_held()?;
-        let Some(e) = &mut self.expiry else { return Ok(None) };
-        let before = e.cursor.after();
-        if e.cursor.look(skip) {
-            // An unparked key's oldest row lies behind the cursor and what was read ahead,
-            // beside acknowledged rows whose deletes may still be buffered.
-            if e.cursor_past_parked {
-                // The broken design: the cursor stays past the unparked key's rows.
-                e.cursor.passed(Seq(before));
-            }
-            e.ahead.clear();
-            self.flush_acks().await?;
-        }
-        let Some(e) = &mut self.expiry else { return Ok(None) };
-        e.ahead.expires(e.until.get());
-        if let Some(head) = e.ahead.next(skip, e.clock.now(), e.client.delivery_timeout) {
-            return Ok(Some(head));
-        }
-        let req = StoreRequest::ReadAfter {
-            partition: self.partition,
-            epoch: self.epoch,
-            after: Seq(e.cursor.after()),
-            skip: skip.clone(),
-            limit: e.client.read_ahead,
-            watched: Vec::new(),
-        };
-        let heads = match self.fenced(req, "fetch_head").await? {
-            StoreResponse::Heads { heads, .. } => heads,
-            other => return Err(unexpected("fetch_head", other)),
-        };
-        let Some(e) = &mut self.expiry else { return Ok(None) };
-        e.ahead.expires(e.until.get());
-        let head = e.ahead.fill(heads.into_iter().map(stored).collect());
-        if head.is_none() {
-            // The partition ran empty: nothing is gained by holding the deletes back.
-            self.flush_acks().await?;
-        }
-        Ok(head)
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
-        let now = self.clock.now();
-        if let Some(d) = &mut self.drain {
-            if d.acked(seq, now) {
-                self.flush_acks().await?;
-            }
-            return Ok(());
+        match &mut self.model {
+            LeaseModel::Session(s) => s.ack(&mut self.wire, seq).await,
+            LeaseModel::Expiry(e) => e.ack(&mut self.wire, seq).await,
         }
-        self.check_held()?;
-        let Some(e) = &mut self.expiry else {
-            return self
-                .expect_ok(
-                    StoreRequest::Ack { partition: self.partition, epoch: self.epoch, seq },
-                    "ack",
-                )
-                .await;
-        };
-        let due = {
-            let mut acks = e.acks.borrow_mut();
-            acks.push(e.key, &(), seq.0, now);
-            acks.due(now, e.client.ack_batch, e.client.ack_delay)
-        };
-        e.cursor.passed(seq);
-        e.ahead.acked(seq);
-        if due {
-            self.flush_acks().await?;
-        }
-        Ok(())
     }
 
     async fn schedule_retry(
@@ -755,19 +359,18 @@ impl LeaseSession for SimLease {
         retry_in: Duration,
         error: &str,
     ) -> Result<(), StoreError> {
-        self.row_changes().await?;
         let req = StoreRequest::Retry {
-            partition: self.partition,
-            epoch: self.epoch,
+            partition: self.wire.partition,
+            epoch: self.wire.epoch,
             seq,
             attempts,
             retry_in_us: retry_in.as_micros() as u64,
             error: error.to_owned(),
         };
-        let sent = self.clock.now();
-        self.expect_ok(req, "schedule_retry").await?;
-        self.heard(sent);
-        Ok(())
+        match &mut self.model {
+            LeaseModel::Session(s) => s.change_row(&mut self.wire, req, "schedule_retry").await,
+            LeaseModel::Expiry(e) => e.change_row(&mut self.wire, req, "schedule_retry").await,
+        }
     }
 
     async fn dead_letter(
@@ -776,44 +379,33 @@ impl LeaseSession for SimLease {
         attempts: u32,
         reason: &str,
     ) -> Result<(), StoreError> {
-        self.row_changes().await?;
         let req = StoreRequest::DeadLetter {
-            partition: self.partition,
-            epoch: self.epoch,
+            partition: self.wire.partition,
+            epoch: self.wire.epoch,
             seq,
             attempts,
             reason: reason.to_owned(),
         };
-        let sent = self.clock.now();
-        self.expect_ok(req, "dead_letter").await?;
-        if let Some(d) = &mut self.drain {
-            d.dead_lettered(seq);
+        match &mut self.model {
+            LeaseModel::Session(s) => {
+                s.change_row(&mut self.wire, req, "dead_letter").await?;
+                s.dead_lettered(seq);
+            }
+            LeaseModel::Expiry(e) => {
+                e.change_row(&mut self.wire, req, "dead_letter").await?;
+                e.dead_lettered(seq);
+            }
         }
-        if let Some(e) = &mut self.expiry {
-            e.cursor.passed(seq);
-        }
-        self.heard(sent);
         Ok(())
     }
 
     async fn release(mut self, handover: Handover) -> Result<(), StoreError> {
-        // Unlocking happens on the lock's own session, pooled design or not (PostgreSQL's
-        // pg_advisory_unlock on another session unlocks nothing).
         let clean = handover == Handover::Clean;
-        let req = StoreRequest::Unlock { partition: self.partition, epoch: self.epoch, clean };
-        // The last acknowledgements go before the lease (PostgreSQL's hand-back; SQLite's, in
-        // one transaction).
-        self.flush_acks().await?;
-        if self.expiry.is_some() {
-            return self.expect_ok(req, "unlock").await;
-        }
-        gate(&self.control, &self.worker).await;
-        match self.conn.exchange(&req).await? {
-            StoreResponse::Ok => Ok(()),
-            StoreResponse::NotHeld => {
-                Err(StoreError::LeaseNotHeld { partition: self.partition, epoch: self.epoch })
-            }
-            other => Err(unexpected("unlock", other)),
+        let req =
+            StoreRequest::Unlock { partition: self.wire.partition, epoch: self.wire.epoch, clean };
+        match &mut self.model {
+            LeaseModel::Session(s) => s.release(&mut self.wire, req).await,
+            LeaseModel::Expiry(e) => e.release(&mut self.wire, req).await,
         }
     }
 }

@@ -126,7 +126,7 @@ where
 {
     let mut sim = Builder::new(7).build();
     let state: SharedStore = Rc::new(RefCell::new(StoreState::default()));
-    state.borrow_mut().durable.expiry = expiry;
+    state.borrow_mut().leases = store::Leases::new(expiry);
     let rec: SharedRecorder = Rc::new(RefCell::new(Recorder::default()));
     sim.host("store", store::host(state.clone(), rec.clone(), DETECTION));
     let settings = expiry
@@ -217,7 +217,7 @@ fn the_unfenced_expiry_switch_lets_an_expired_holder_advance_the_partition() {
         assert!(matches!(handback, Err(StoreError::LeaseNotHeld { .. })), "{handback:?}");
         assert_eq!(fx.queued().await.len(), 1, "the lost lease advanced the partition");
         // The statements renewed the lease they found, which stays the new holder's.
-        let row = shared.state.borrow().durable.leases[&PartitionId(0)].clone();
+        let row = shared.state.borrow().leases.expiry_row(PartitionId(0)).cloned().expect("leased");
         assert_eq!(row.epoch, new.epoch(), "the lease is still the new holder's");
     });
 }

@@ -38,20 +38,21 @@
 //!   the time the lease has left. The lease then hands them out one at a time without a
 //!   statement, but only while that expiry, carried over to tokio's clock from before the
 //!   statement was sent, lies a delivery timeout plus the clock-skew bound ahead
-//!   ([`crate::store::read_ahead`], the rule the simulation's expiry leases prove); then it
+//!   ([`crate::store::expiry_drain`], the composition the simulation's expiry leases run); then it
 //!   reads again, which renews. Its own retries and dead letters drop what it read ahead; no
 //!   other writer changes those rows.
 //! * **Acknowledgements** of all the leases on a connection are buffered together and deleted
 //!   in one transaction once `ack_batch` rows are buffered or the oldest is `ack_delay` old
 //!   (and whenever a partition runs empty or writes anything else): each lease's rows only
-//!   after its own fenced renewal in that transaction ([`crate::store::ack_buffer`]). A lost
+//!   after its own fenced renewal in that transaction. A lost
 //!   lease acknowledges nothing, and its unflushed rows are delivered again by the next holder.
 //!   Heads are read after the last acknowledged seq: SQLite serialises writers, so seq order is
 //!   commit order and no row can commit behind it. A head read passes over the parked keys'
 //!   rows (the drain's `skip`); once a key is unparked its oldest row lies behind that cursor,
 //!   so the read after an unpark deletes the buffered acknowledgements and reads from the
-//!   partition's start ([`crate::store::head_cursor`]). The buffer and the cursor are sans-IO
-//!   types the simulation's expiry-lease client drives too, so its sweeps prove these rules.
+//!   partition's start. The cursor, the read-ahead and the buffer are one sans-IO type,
+//!   [`ExpiryDrain`], which this store and the simulation's expiry-lease client both drive and
+//!   only translate into statements, so the sweeps prove the composition this store runs.
 //! * **Membership.** `keyorder_member` has a row per connected worker session, renewed every
 //!   `lease_expiry / 3`; live workers are those whose row has not expired, so several
 //!   `keyorder work` processes on one file share the partitions fairly.
@@ -77,8 +78,9 @@ use crate::drain::ParkedKeys;
 use crate::ids::{Epoch, PartitionId, Seq};
 use crate::repartition::DEFAULT_HOLD_POLL;
 use crate::routing::PartitionCount;
-use crate::store::head_cursor::HeadCursor;
-use crate::store::read_ahead::ReadAhead;
+use crate::store::expiry_drain::{
+    ExpiryAcks, ExpiryDrain, ExpiryDrainOptions, ExpiryHeadPlan, LeaseKey,
+};
 use crate::store::{Handover, LeaseSession, MembershipSession, Store, StoreError, StoredHead};
 
 mod acks;
@@ -94,7 +96,6 @@ pub mod queue;
 pub mod schema;
 mod wal;
 
-use acks::AckBuffer;
 use conn::{Conn, Tick};
 
 /// Tuning of the SQLite store.
@@ -174,6 +175,17 @@ impl SqliteOptions {
         let slack = self.lease_expiry.saturating_sub(self.delivery_timeout) / 4;
         slack.min(Duration::from_secs(1))
     }
+
+    /// The rules each lease's [`ExpiryDrain`] follows under these options.
+    pub fn drain_options(&self) -> ExpiryDrainOptions {
+        ExpiryDrainOptions {
+            read_ahead: u32::try_from(self.read_ahead).unwrap_or(u32::MAX),
+            ack_batch: self.ack_batch,
+            ack_delay: self.ack_delay,
+            delivery_timeout: self.delivery_timeout,
+            clock_skew: self.clock_skew(),
+        }
+    }
 }
 
 /// The default [`SqliteOptions::read_ahead`]: 64 rows amortise a statement's round trip to the
@@ -216,7 +228,7 @@ struct Shared {
     conn: RefCell<Option<Rc<Conn>>>,
     registry: Arc<Mutex<Registry>>,
     /// The acknowledgements of every lease on the connection.
-    acks: Rc<RefCell<AckBuffer<Fence>>>,
+    acks: ExpiryAcks<Fence>,
     /// The connection's write count, for its WAL restarts.
     restarts: Rc<wal::Restarts>,
 }
@@ -258,7 +270,7 @@ impl SqliteStore {
         let shared = Rc::new(Shared {
             conn: RefCell::new(None),
             registry: Arc::default(),
-            acks: Rc::default(),
+            acks: ExpiryAcks::new(),
             restarts: Rc::default(),
         });
         let head_sql = Arc::new(HeadSql::new(options.read_ahead));
@@ -348,16 +360,20 @@ impl Store for SqliteStore {
             sql: self.head_sql.clone(),
         };
         registry(&self.shared.registry).leases.insert((partition.0, epoch as u64), fence.clone());
+        let drain = ExpiryDrain::new(
+            self.options.drain_options(),
+            fence.key(),
+            fence.clone(),
+            &self.shared.acks,
+        );
         Ok(Some(SqliteLease {
             conn,
             fence,
+            drain,
             handover: if clean { Handover::Clean } else { Handover::Unclean },
             clock: self.clock,
             options: self.options,
             registry: self.shared.registry.clone(),
-            cursor: HeadCursor::new(),
-            ahead: ReadAhead::new(self.options.clock_skew()),
-            acks: self.shared.acks.clone(),
             restarts: self.shared.restarts.clone(),
         }))
     }
@@ -432,7 +448,7 @@ struct Fence {
     expiry: f64,
     /// In seconds: a head is read only while the lease lasts this much longer (the delivery
     /// timeout and twice the clock-skew bound: a read renews the lease before what it reads
-    /// ahead could no longer be handed out, see [`ReadAhead`]).
+    /// ahead could no longer be handed out, see [`crate::store::expiry_drain`]).
     margin: f64,
     /// The head read's statements, reading [`SqliteOptions::read_ahead`] rows.
     sql: Arc<HeadSql>,
@@ -497,7 +513,7 @@ impl Fence {
                 last_error: r.get(8)?,
             });
             if wait.is_some() {
-                // Nothing behind a waiting row is read ahead (see `ReadAhead::fill`).
+                // Nothing behind a waiting row is read ahead (see `ExpiryDrain::filled`).
                 break;
             }
         }
@@ -508,7 +524,7 @@ impl Fence {
         i64::from(self.partition.0)
     }
 
-    fn key(&self) -> acks::LeaseKey {
+    fn key(&self) -> LeaseKey {
         (self.partition.0, self.epoch.0)
     }
 
@@ -595,12 +611,9 @@ pub struct SqliteLease {
     handover: Handover,
     clock: TokioClock,
     options: SqliteOptions,
-    /// Where the next head read starts, and the parked keys the last one passed over.
-    cursor: HeadCursor,
-    /// The rows the last head read read ahead, not yet acknowledged.
-    ahead: ReadAhead,
-    /// Acknowledged seqs not yet deleted, of every lease on the connection.
-    acks: Rc<RefCell<AckBuffer<Fence>>>,
+    /// The cursor, the rows read ahead and this lease's share of the connection's buffered
+    /// acknowledgements, by the expiry lease's rules ([`ExpiryDrain`]).
+    drain: ExpiryDrain<Fence>,
     /// The connection's write count, for its WAL restarts.
     restarts: Rc<wal::Restarts>,
 }
@@ -679,7 +692,7 @@ impl SqliteLease {
 
     /// Fails when a flush run by another lease found this one lost.
     fn check_held(&self) -> Result<(), StoreError> {
-        if self.acks.borrow().is_lost(self.fence.key()) {
+        if self.drain.is_lost() {
             return Err(self.fence.not_held());
         }
         Ok(())
@@ -693,8 +706,8 @@ impl SqliteLease {
         f: Option<impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static>,
     ) -> Result<Option<T>, StoreError> {
         self.check_held()?;
-        let batch = self.acks.borrow_mut().take();
-        let sent = batch.clone();
+        let flush = self.drain.acks().take();
+        let sent = flush.clone();
         let fence = self.fence.clone();
         let busy_timeout = self.options.busy_timeout;
         let restart = self.restarts.next();
@@ -702,7 +715,10 @@ impl SqliteLease {
             .conn
             .call(move |c| {
                 let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let lost = acks::delete_batch(&tx, &sent)?;
+                let lost = match &sent {
+                    Some(flush) => acks::delete_batch(&tx, flush)?,
+                    None => Vec::new(),
+                };
                 let out = match f {
                     None => None,
                     Some(f) => match fence.renew(&tx) {
@@ -721,32 +737,40 @@ impl SqliteLease {
             .await;
         match outcome {
             Ok((lost, out)) => {
-                self.acks.borrow_mut().mark_lost(lost);
+                self.drain.acks().flushed(lost);
                 self.check_held()?;
                 Ok(out)
             }
             Err(err) => {
-                self.acks.borrow_mut().restore(batch, self.clock.now());
+                if let Some(flush) = flush {
+                    self.drain.acks().failed(flush, self.clock.now());
+                }
                 Err(err)
             }
         }
     }
 
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
-        if self.acks.borrow().is_empty() {
+        if self.drain.acks().is_empty() {
             return self.check_held();
         }
         self.write(None::<fn(&Connection) -> Result<(), StoreError>>).await.map(drop)
     }
 
     /// Runs `f` in a fenced write transaction (with the buffered acknowledgements): refused
-    /// when the lease is not held.
+    /// when the lease is not held. Its renewal is an answer the drain learns the expiry from.
     async fn write_own<T: Send + 'static>(
         &mut self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        let sent = self.clock.now();
         match self.write(Some(f)).await? {
-            Some(out) => Ok(out),
+            Some(out) => {
+                // Its first statement renewed the lease to a full expiry, counted from no
+                // earlier than `sent`.
+                self.drain.answered(sent.saturating_add(self.options.lease_expiry));
+                Ok(out)
+            }
             None => Err(self.fence.not_held()),
         }
     }
@@ -755,8 +779,8 @@ impl SqliteLease {
 impl Drop for SqliteLease {
     fn drop(&mut self) {
         // No more renewals: unreleased, the lease expires by itself.
+        // Its unflushed acknowledgements are forgotten with the drain.
         registry(&self.registry).leases.remove(&self.fence.key());
-        self.acks.borrow_mut().forget(self.fence.key());
     }
 }
 
@@ -776,13 +800,11 @@ impl LeaseSession for SqliteLease {
     /// fenced renewal answers again before the lease is given up.
     async fn ensure_lasts(&mut self, needed: Duration) -> Result<(), StoreError> {
         self.check_held()?;
-        if self.ahead.lasts(self.clock.now(), needed) {
+        if self.drain.lasts(self.clock.now(), needed) {
             return Ok(());
         }
-        let sent = self.clock.now();
         self.write_own(|_| Ok(())).await?;
-        self.ahead.expires(sent.saturating_add(self.options.lease_expiry));
-        if self.ahead.lasts(self.clock.now(), needed) {
+        if self.drain.lasts(self.clock.now(), needed) {
             Ok(())
         } else {
             Err(StoreError::LeaseEnding {
@@ -803,42 +825,30 @@ impl LeaseSession for SqliteLease {
 
     async fn fetch_head(&mut self, skip: &ParkedKeys) -> Result<Option<StoredHead>, StoreError> {
         self.check_held()?;
-        if self.cursor.look(skip) {
-            // A key was unparked: its oldest row lies behind the cursor (and behind what was read
-            // ahead), beside acknowledged rows whose deletes may still be buffered. Delete those,
-            // then read from the start.
-            self.ahead.clear();
+        let read = match self.drain.plan_head(skip, self.clock.now()) {
+            ExpiryHeadPlan::Serve(head) => return Ok(Some(head)),
+            ExpiryHeadPlan::Read(read) => read,
+        };
+        if read.flush_first {
             self.flush_acks().await?;
         }
         let now = self.clock.now();
-        if let Some(head) = self.ahead.next(skip, now, self.options.delivery_timeout) {
-            return Ok(Some(head));
-        }
         let skip = (!skip.is_empty())
             .then(|| serde_json::to_string(skip.as_slice()).expect("a list of strings serialises"));
-        let (fence, cursor) = (self.fence.clone(), self.cursor.after());
-        let held = self.conn.call(move |c| fence.read_heads(c, cursor, skip.as_deref())).await?;
+        let (fence, after) = (self.fence.clone(), read.after.0);
+        let held = self.conn.call(move |c| fence.read_heads(c, after, skip.as_deref())).await?;
         // Judged from before the statement was sent: no later than SQLite's expiry.
-        self.ahead.expires(now.saturating_add(Duration::from_secs_f64(held.expires_in)));
-        let head = self.ahead.fill(held.heads);
-        if head.is_none() {
-            // The partition ran empty: nothing is gained by holding the deletes back.
+        self.drain.answered(now.saturating_add(Duration::from_secs_f64(held.expires_in)));
+        let filled = self.drain.filled(held.heads);
+        if filled.flush {
             self.flush_acks().await?;
         }
-        Ok(head)
+        Ok(filled.head)
     }
 
     async fn ack(&mut self, seq: Seq) -> Result<(), StoreError> {
         self.check_held()?;
-        let now = self.clock.now();
-        let due = {
-            let mut acks = self.acks.borrow_mut();
-            acks.push(self.fence.key(), &self.fence, seq.0, now);
-            acks.due(now, self.options.ack_batch, self.options.ack_delay)
-        };
-        self.cursor.passed(seq);
-        self.ahead.acked(seq);
-        if due {
+        if self.drain.acked(seq, self.clock.now()) {
             self.flush_acks().await?;
         }
         Ok(())
@@ -852,8 +862,7 @@ impl LeaseSession for SqliteLease {
         error: &str,
     ) -> Result<(), StoreError> {
         let (p, error, wait) = (self.p(), error.to_owned(), secs(retry_in));
-        // The row changes: what was read ahead is read again.
-        self.ahead.clear();
+        self.drain.changing_row();
         self.write_own(move |c| {
             c.prepare_cached(
                 "UPDATE delivery_queue
@@ -873,7 +882,7 @@ impl LeaseSession for SqliteLease {
         reason: &str,
     ) -> Result<(), StoreError> {
         let (p, reason) = (self.p(), reason.to_owned());
-        self.ahead.clear();
+        self.drain.changing_row();
         // One transaction: the row leaves the queue and enters the DLQ together or not at all.
         self.write_own(move |c| {
             c.prepare_cached(
@@ -886,7 +895,7 @@ impl LeaseSession for SqliteLease {
             Ok(())
         })
         .await?;
-        self.cursor.passed(seq);
+        self.drain.dead_lettered(seq);
         Ok(())
     }
 

@@ -1,18 +1,16 @@
 //! The store host: the queue, the dead-letter table and the leases, in memory, with the
-//! PostgreSQL semantics that matter here:
+//! semantics that matter here:
 //!
-//! * a lease is a lock held by a session (connection) and is released only when the server
-//!   notices the session is gone: at its end of stream, or after `detection` of silence (the
-//!   keepalive timeout), never earlier;
 //! * an insert is invisible until its transaction commits;
-//! * a restart drops every session, lock and uncommitted insert, and keeps committed rows
-//!   (they live in [`Durable`], outside the host factory).
+//! * a restart drops every session and uncommitted insert, and keeps committed rows (they live
+//!   in [`Durable`], outside the host factory);
+//! * the leases follow one of two models ([`Leases`]), one file each: PostgreSQL's session
+//!   advisory locks (`session_locks.rs`) or SQLite's lease rows with an epoch and an expiry
+//!   (`expiry_rows.rs`).
 //!
-//! Or, with an expiry lease (`Durable::expiry`), SQLite's lease rows: a row per partition with
-//! holder, epoch (incremented at each acquisition: the fencing token) and expiry by the store's
-//! clock, kept across restarts. A lease is free once its expiry passed; every fenced statement
-//! checks holder and epoch and renews the lease in the same step, and answers with the new
-//! expiry. Membership is a row per worker, renewed by its calls and ended with its session.
+//! The store-side designs of the broken-design catalogue (`designs.rs`) are a decorator around
+//! the correct store: a request goes through [`StoreState::handle`], which hands it to the
+//! decorator only when a design is switched on; the correct rules here take no switch.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,9 +23,18 @@ use keyorder::repartition::{barrier, Barrier, DEFAULT_HOLD_POLL};
 use keyorder::{Epoch, PartitionId, Seq, Time};
 
 use crate::protocol::{
-    Conn, Granted, LeaseAcks, LeaseId, StoreRequest, StoreResponse, WireHead, STORE_PORT,
+    Conn, LeaseAcks, LeaseId, StoreRequest, StoreResponse, WireHead, STORE_PORT,
 };
 use crate::trace::{now, SharedRecorder};
+
+mod designs;
+mod expiry_rows;
+mod session_locks;
+
+pub use designs::{HeadOrder, StoreBreaks};
+use designs::{HeadRule, Rules};
+pub use expiry_rows::{ExpiryFence, ExpiryRows, LeaseRow};
+pub use session_locks::SessionLocks;
 
 /// A queued row.
 #[derive(Clone, Debug)]
@@ -80,23 +87,54 @@ pub struct Durable {
     pub layouts: BTreeMap<(String, u64), u64>,
     /// Whether heads are held by the per-key barrier (the online procedure's read).
     pub barrier: bool,
-    /// The expiry lease's length; `None`: session locks.
-    pub expiry: Option<Duration>,
-    /// The expiry leases: a row per partition ever leased.
-    pub leases: BTreeMap<PartitionId, LeaseRow>,
-    /// Expiry-lease membership: worker → (its registering session, expiry).
-    pub members: BTreeMap<String, (u64, Time)>,
 }
 
-/// An expiry lease's row.
-#[derive(Clone, Debug)]
-pub struct LeaseRow {
-    /// The holder, `None` once handed back.
-    pub holder: Option<String>,
-    /// The epoch of the last acquisition.
-    pub epoch: Epoch,
-    /// When it expires, by the store's clock.
-    pub expires_at: Time,
+/// How the store leases partitions: the lease model, and its state.
+#[derive(Debug)]
+pub enum Leases {
+    /// PostgreSQL's session advisory locks.
+    SessionLocks(SessionLocks),
+    /// SQLite's lease rows, fenced by epoch, with an expiry.
+    ExpiryRows(ExpiryRows),
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Leases::SessionLocks(SessionLocks::default())
+    }
+}
+
+impl Leases {
+    /// Expiry leases of `length` when given, session locks otherwise, none taken yet.
+    pub fn new(expiry: Option<Duration>) -> Self {
+        match expiry {
+            Some(length) => Leases::ExpiryRows(ExpiryRows::new(length)),
+            None => Leases::default(),
+        }
+    }
+
+    /// The expiry leases' length; `None`: session locks.
+    pub fn expiry(&self) -> Option<Duration> {
+        match self {
+            Leases::SessionLocks(_) => None,
+            Leases::ExpiryRows(rows) => Some(rows.length()),
+        }
+    }
+
+    /// `partition`'s expiry lease row, if this store has expiry leases and it was ever leased.
+    pub fn expiry_row(&self, partition: PartitionId) -> Option<&LeaseRow> {
+        match self {
+            Leases::SessionLocks(_) => None,
+            Leases::ExpiryRows(rows) => rows.row(partition),
+        }
+    }
+
+    /// Whether a row takes its seq at commit (SQLite, which serialises its writers, so seq
+    /// order is commit order: the expiry lease's cursor depends on it) rather than at the
+    /// insert (PostgreSQL, whose rows can commit out of seq order).
+    fn seq_at_commit(&self) -> bool {
+        matches!(self, Leases::ExpiryRows(_))
+    }
 }
 
 impl Durable {
@@ -129,54 +167,6 @@ impl Durable {
     }
 }
 
-/// The store-side switches of the broken-design catalogue.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct StoreBreaks {
-    /// `two-readers`: a lock is granted whoever holds it, and every worker is told it is alone.
-    pub shared_locks: bool,
-    /// `requeue-at-tail`: a failed attempt moves the row to the tail with a new seq.
-    pub requeue_at_tail: bool,
-    /// `handover-always-clean`: every lease is granted as handed back cleanly, even after its
-    /// last holder lost it.
-    pub always_clean: bool,
-    /// `unfenced-expiry`: queue statements on an expiry lease check only that the partition has
-    /// an unexpired lease, not that it is theirs, and renew whichever it is.
-    pub unfenced_expiry: bool,
-    /// `skip-without-parking`: a head read passes over the rows that are backing off but
-    /// serves the same key's later rows.
-    pub skip_without_parking: bool,
-    /// `priority-within-key` and `created-at-order`: a head read picks rows in another
-    /// order than seq.
-    pub head_order: Option<HeadOrder>,
-    /// `rebalance-on-join`: a worker that registers is handed half of the other workers'
-    /// partitions at once, as handed back clean, whether or not their deliveries are done.
-    pub rebalance_on_join: bool,
-    /// `stuck-key-blocks-partition`: a head read answers nothing while the partition's oldest
-    /// row belongs to a parked key or to a key with a dead letter.
-    pub stuck_key_blocks: bool,
-}
-
-/// An order a broken head read picks rows in, instead of seq.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HeadOrder {
-    /// By a per-event priority, highest first, then seq (pg-boss's `ORDER BY priority DESC`).
-    Priority,
-    /// By the insert's timestamp in whole seconds, ties broken by the event id's hash (a
-    /// random id standing in for the sequence: `ORDER BY created_at, id`).
-    CreatedAt,
-}
-
-impl HeadOrder {
-    /// The sort key of a row under this order.
-    fn key(self, seq: Seq, row: &Row) -> (u64, u64) {
-        let digest = keyorder::routing::key_digest(&row.event_id);
-        match self {
-            HeadOrder::Priority => (u64::MAX - digest % 3, seq.0 as u64),
-            HeadOrder::CreatedAt => (row.created_ms / 1000, digest),
-        }
-    }
-}
-
 #[derive(Debug, Default)]
 struct Session {
     worker: Option<String>,
@@ -186,13 +176,11 @@ struct Session {
     pooled: bool,
 }
 
-/// What a restart forgets: sessions, locks, open transactions.
+/// What a restart forgets: sessions and open transactions.
 #[derive(Debug, Default)]
 pub struct Volatile {
     next_session: u64,
     sessions: BTreeMap<u64, Session>,
-    /// (partition, session) → epoch. Exclusive unless `shared_locks`.
-    locks: BTreeMap<(PartitionId, u64), Epoch>,
     uncommitted: BTreeMap<u64, (Seq, PartitionId, Row)>,
     /// The transaction id of each session's open insert, taken before its seq (as
     /// PostgreSQL's `keyorder_next_seq()` takes it).
@@ -209,6 +197,8 @@ pub struct StoreState {
     pub durable: Durable,
     /// Lost on restart.
     pub volatile: Volatile,
+    /// The leases: which of them survive a restart is the model's.
+    pub leases: Leases,
 }
 
 /// The store shared by the store host and the driver.
@@ -257,10 +247,8 @@ impl StoreState {
         // Session ids stay unique across restarts, so traces never reuse one.
         self.volatile.next_session = old.next_session;
         let mut rec = rec.borrow_mut();
-        for ((partition, session), epoch) in old.locks {
-            let worker =
-                old.sessions.get(&session).and_then(|s| s.holder.clone()).unwrap_or_default();
-            lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Lost);
+        if let Leases::SessionLocks(locks) = &mut self.leases {
+            locks.restart(&old, &mut rec);
         }
         rec.log(
             now(),
@@ -278,35 +266,24 @@ impl StoreState {
 
     fn close_session(&mut self, id: u64, why: &str, rec: &SharedRecorder) {
         let Some(session) = self.volatile.sessions.remove(&id) else { return };
-        let held: Vec<_> = self
-            .volatile
-            .locks
-            .iter()
-            .filter(|((_, s), _)| *s == id)
-            .map(|((p, _), e)| (*p, *e))
-            .collect();
         let mut rec = rec.borrow_mut();
-        for (partition, epoch) in held {
-            self.volatile.locks.remove(&(partition, id));
-            let worker = session.holder.clone().unwrap_or_default();
-            rec.log(now(), "store", format_args!("session {id} ended ({why}): lease p{partition} epoch {epoch} of {worker} released"));
-            lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Lost);
+        if let Leases::SessionLocks(locks) = &mut self.leases {
+            let holder = session.holder.clone().unwrap_or_default();
+            locks.session_ended(id, &holder, why, &mut rec);
         }
         if let Some(w) = session.worker {
             rec.log(now(), "store", format_args!("session {id} of {w} ended ({why})"));
         }
         self.volatile.uncommitted.remove(&id);
         self.volatile.open_xids.remove(&id);
-        self.durable.members.retain(|_, (s, _)| *s != id);
-    }
-
-    fn fenced(&self, session: u64, partition: PartitionId, epoch: Epoch) -> bool {
-        self.volatile.sessions.get(&session).is_some_and(|s| s.pooled)
-            || self.volatile.locks.get(&(partition, session)) == Some(&epoch)
+        if let Leases::ExpiryRows(rows) = &mut self.leases {
+            rows.session_ended(id);
+        }
     }
 
     /// Answers one request of `session` at time `at`. A fenced request (one that names a
-    /// partition and epoch) is refused unless this session holds that lease.
+    /// partition and epoch) is refused unless this session holds that lease. With a design of
+    /// the catalogue switched on, the request goes through its decorator instead.
     fn handle(
         &mut self,
         session: u64,
@@ -314,81 +291,54 @@ impl StoreState {
         at: Time,
         rec: &SharedRecorder,
     ) -> StoreResponse {
-        if let Some(length) = self.durable.expiry {
-            let Some((partition, epoch)) = req.fence() else {
-                return self.answer(session, req, at, rec);
-            };
-            let loose = self.durable.breaks.unfenced_expiry && req.is_queue_statement();
-            let Some(until) = self.renew_lease(partition, epoch, at, length, loose) else {
-                return StoreResponse::NotHeld;
-            };
-            let answer = Box::new(self.answer(session, req, at, rec));
-            return StoreResponse::Lasts { until_us: until.0.as_micros() as u64, answer };
+        if self.durable.breaks.any() {
+            return designs::handle(self, session, req, at, rec);
         }
-        if let Some((partition, epoch)) = req.fence() {
-            if !self.fenced(session, partition, epoch) {
-                return StoreResponse::NotHeld;
-            }
-        }
-        self.answer(session, req, at, rec)
+        self.handle_by(&Rules::CORRECT, session, req, at, rec)
     }
 
-    /// Renews `partition`'s expiry lease if epoch `epoch` holds it unexpired (or, `loose`, if
-    /// any epoch does): its new expiry, or `None` when the statement must be refused.
-    fn renew_lease(
+    /// [`StoreState::handle`] by the fence and head rules of `rules`.
+    fn handle_by(
         &mut self,
-        partition: PartitionId,
-        epoch: Epoch,
+        rules: &Rules,
+        session: u64,
+        req: StoreRequest,
         at: Time,
-        length: Duration,
-        loose: bool,
-    ) -> Option<Time> {
-        let row = self.durable.leases.get_mut(&partition)?;
-        if row.holder.is_none() || row.expires_at <= at || (!loose && row.epoch != epoch) {
-            return None;
-        }
-        row.expires_at = at.saturating_add(length);
-        Some(row.expires_at)
-    }
-
-    /// The `rebalance-on-join` design: every other partition leased by another worker is taken
-    /// from its holder and marked handed back clean, for the joining worker to lease at once.
-    fn hand_to_joiner(&mut self, session: u64, worker: &str, at: Time, rec: &SharedRecorder) {
-        let mut held: Vec<PartitionId> = if self.durable.expiry.is_some() {
-            let others = |h: &Option<String>| h.as_deref().is_some_and(|h| h != worker);
-            let leases = self.durable.leases.iter();
-            leases
-                .filter(|(_, r)| others(&r.holder) && r.expires_at > at)
-                .map(|(p, _)| *p)
-                .collect()
-        } else {
-            let sessions = &self.volatile.sessions;
-            let other = |s: &u64| {
-                *s != session
-                    && sessions
-                        .get(s)
-                        .and_then(|x| x.holder.as_deref())
-                        .is_some_and(|w| w != worker)
-            };
-            self.volatile.locks.keys().filter(|(_, s)| other(s)).map(|(p, _)| *p).collect()
+        rec: &SharedRecorder,
+    ) -> StoreResponse {
+        let Some((partition, epoch)) = req.fence() else {
+            return self.answer(rules, session, req, at, rec);
         };
-        held.sort();
-        held.dedup();
-        for partition in held.into_iter().step_by(2) {
-            if self.break_lease(partition, rec) {
-                self.durable.unclean.remove(&partition);
-                rec.borrow_mut().log(
-                    at,
-                    "store",
-                    format_args!("rebalance: p{partition} handed to the joining {worker}"),
-                );
+        let until = match &mut self.leases {
+            Leases::SessionLocks(locks) => {
+                if !locks.fenced(&self.volatile, session, partition, epoch) {
+                    return StoreResponse::NotHeld;
+                }
+                None
             }
+            Leases::ExpiryRows(rows) => {
+                let fence =
+                    if req.is_queue_statement() { rules.queue_fence } else { ExpiryFence::Epoch };
+                let Some(until) = rows.renew(partition, epoch, at, fence) else {
+                    return StoreResponse::NotHeld;
+                };
+                Some(until)
+            }
+        };
+        let answer = self.answer(rules, session, req, at, rec);
+        match until {
+            Some(until) => StoreResponse::Lasts {
+                until_us: until.0.as_micros() as u64,
+                answer: Box::new(answer),
+            },
+            None => answer,
         }
     }
 
     /// Carries out a request that passed its fence.
     fn answer(
         &mut self,
+        rules: &Rules,
         session: u64,
         req: StoreRequest,
         at: Time,
@@ -397,34 +347,29 @@ impl StoreState {
         use StoreRequest as R;
         match req {
             R::Register { worker } => self.register(session, worker, at, rec),
-            R::LiveWorkers => {
-                let n = self.live_workers(session, at);
-                StoreResponse::Count(if self.durable.breaks.shared_locks { 1 } else { n as u64 })
-            }
+            R::LiveWorkers => StoreResponse::Count(self.live_workers(session, at) as u64),
             R::Renew { .. } => StoreResponse::Ok,
             R::Pooled => {
                 self.session(session).pooled = true;
                 StoreResponse::Ok
             }
             R::Ping => StoreResponse::Ok,
-            R::TryLock { partition, worker } => match self.durable.expiry {
-                Some(length) => self.try_lease(partition, worker, at, length, rec),
-                None => self.try_lock(session, partition, worker, rec),
-            },
-            R::Unlock { partition, epoch, clean } if self.durable.expiry.is_some() => {
-                self.hand_back(partition, epoch, clean, at, rec)
+            R::TryLock { partition, worker } => {
+                let state = (&mut self.durable, &mut self.volatile);
+                match &mut self.leases {
+                    Leases::SessionLocks(locks) => {
+                        locks.try_lock(state, session, partition, worker, rec)
+                    }
+                    Leases::ExpiryRows(rows) => rows.try_lease(state.0, partition, worker, at, rec),
+                }
             }
             R::Unlock { partition, epoch, clean } => {
-                self.volatile.locks.remove(&(partition, session));
-                if clean {
-                    self.durable.unclean.remove(&partition);
+                let state = (&mut self.durable, &mut self.volatile);
+                let lease = (partition, epoch, clean);
+                match &mut self.leases {
+                    Leases::SessionLocks(locks) => locks.unlock(state, session, lease, at, rec),
+                    Leases::ExpiryRows(rows) => rows.hand_back(state.0, lease, at, rec),
                 }
-                let worker = self.session(session).holder.clone().unwrap_or_default();
-                let mut rec = rec.borrow_mut();
-                lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Released);
-                let how = if clean { "clean" } else { "unclean" };
-                rec.log(at, "store", format_args!("p{partition} handed back {how}"));
-                StoreResponse::Ok
             }
             R::Ack { partition, seq, .. } => {
                 self.ack(partition, seq, at, rec);
@@ -436,9 +381,9 @@ impl StoreState {
                 }
                 StoreResponse::Ok
             }
-            R::FlushAcks { leases } => self.flush_acks(leases, at, rec),
+            R::FlushAcks { leases } => self.flush_acks(rules.queue_fence, leases, at, rec),
             R::ReadAfter { partition, after, skip, limit, watched, .. } => {
-                self.read_after(partition, after, &skip, limit, &watched, at)
+                self.read_after(&rules.heads, partition, after, &skip, limit, &watched, at)
             }
             R::Retry { partition, seq, attempts, retry_in_us, error, .. } => {
                 self.retry(
@@ -447,7 +392,6 @@ impl StoreState {
                     attempts,
                     at.saturating_add(Duration::from_micros(retry_in_us)),
                     error,
-                    rec,
                 );
                 StoreResponse::Ok
             }
@@ -471,11 +415,8 @@ impl StoreState {
         rec: &SharedRecorder,
     ) -> StoreResponse {
         rec.borrow_mut().log(at, "store", format_args!("session {session} registers {worker}"));
-        if let Some(length) = self.durable.expiry {
-            self.durable.members.insert(worker.clone(), (session, at.saturating_add(length)));
-        }
-        if self.durable.breaks.rebalance_on_join {
-            self.hand_to_joiner(session, &worker, at, rec);
+        if let Leases::ExpiryRows(rows) = &mut self.leases {
+            rows.member(worker.clone(), session, at);
         }
         self.session(session).worker = Some(worker);
         StoreResponse::Ok
@@ -484,8 +425,10 @@ impl StoreState {
     /// A fenced head read after `after`, with the transactions its snapshot saw running and
     /// PostgreSQL's probe of `producer_xid`: whether a watched transaction's row at or below
     /// `after` committed behind the cursor.
+    #[allow(clippy::too_many_arguments)]
     fn read_after(
         &self,
+        rule: &HeadRule,
         partition: PartitionId,
         after: Seq,
         skip: &ParkedKeys,
@@ -494,7 +437,12 @@ impl StoreState {
         at: Time,
     ) -> StoreResponse {
         let from = Seq(after.0.saturating_add(1));
-        let heads = self.heads(partition, from, at, skip, limit as usize);
+        let heads = match rule {
+            HeadRule::Seq => self.heads(partition, from, at, skip, limit as usize),
+            HeadRule::Design(design) => {
+                design.heads(self, partition, from, at, skip, limit as usize)
+            }
+        };
         let running = self.volatile.open_xids.values().copied().collect();
         let late = !watched.is_empty()
             && self
@@ -515,24 +463,28 @@ impl StoreState {
     }
 
     /// Deletes the buffered acknowledgements of expiry leases (production SQLite's flush, one
-    /// transaction): each lease's rows only after its own fenced renewal (loose under the
-    /// `unfenced-expiry` design, as its other queue statements). Answers the leases refused.
+    /// transaction): each lease's rows only after its own renewal under `fence`. Answers the
+    /// leases refused.
     fn flush_acks(
         &mut self,
+        fence: ExpiryFence,
         leases: Vec<LeaseAcks>,
         at: Time,
         rec: &SharedRecorder,
     ) -> StoreResponse {
-        let Some(length) = self.durable.expiry else {
+        let Leases::ExpiryRows(rows) = &mut self.leases else {
             return StoreResponse::Refused("buffered acknowledgements need expiry leases".into());
         };
-        let loose = self.durable.breaks.unfenced_expiry;
         let mut lost = Vec::new();
+        let mut held = Vec::new();
         for LeaseAcks { partition, epoch, seqs } in leases {
-            if self.renew_lease(partition, epoch, at, length, loose).is_none() {
+            if rows.renew(partition, epoch, at, fence).is_none() {
                 lost.push(LeaseId { partition, epoch });
-                continue;
+            } else {
+                held.push((partition, seqs));
             }
+        }
+        for (partition, seqs) in held {
             for seq in seqs {
                 self.ack(partition, seq, at, rec);
             }
@@ -540,7 +492,7 @@ impl StoreState {
         StoreResponse::Lost(lost)
     }
 
-    /// Records a failed attempt; the `requeue-at-tail` design also moves the row to the tail.
+    /// Records a failed attempt.
     fn retry(
         &mut self,
         partition: PartitionId,
@@ -548,23 +500,11 @@ impl StoreState {
         attempts: u32,
         not_before: Time,
         error: String,
-        rec: &SharedRecorder,
     ) {
         let Some(row) = self.durable.rows.get_mut(&(partition, seq)) else { return };
         row.attempts = attempts;
         row.not_before = Some(not_before);
         row.last_error = Some(error);
-        if self.durable.breaks.requeue_at_tail {
-            let row = self.durable.dequeue(partition, seq).expect("found above");
-            self.durable.next_seq += 1;
-            let tail = Seq(self.durable.next_seq);
-            rec.borrow_mut().log(
-                now(),
-                "store",
-                format_args!("requeue p{partition} seq={seq} at the tail as seq={tail}"),
-            );
-            self.durable.queue(partition, tail, row);
-        }
     }
 
     /// Moves a row to the dead-letter table, in one step.
@@ -593,132 +533,31 @@ impl StoreState {
         self.volatile.sessions.entry(id).or_default()
     }
 
-    fn try_lock(
-        &mut self,
-        session: u64,
-        partition: PartitionId,
-        worker: String,
-        rec: &SharedRecorder,
-    ) -> StoreResponse {
-        let held =
-            self.volatile.locks.range((partition, 0)..=(partition, u64::MAX)).next().is_some();
-        if held && !self.durable.breaks.shared_locks {
-            return StoreResponse::Lock(None);
-        }
-        let epoch = self.durable.epochs.entry(partition).or_default();
-        *epoch += 1;
-        let epoch = Epoch(*epoch);
-        // Read the previous holder's hand-back, then mark this holding unclean until it ends
-        // with a clean unlock.
-        let clean = self.durable.unclean.insert(partition) || self.durable.breaks.always_clean;
-        self.volatile.locks.insert((partition, session), epoch);
-        self.session(session).holder = Some(worker.clone());
-        let mut rec = rec.borrow_mut();
-        lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Acquired);
-        if clean {
-            rec.log(now(), "store", format_args!("p{partition} was handed back clean"));
-        }
-        StoreResponse::Lock(Some(Granted { epoch, clean, until_us: None }))
-    }
-
-    /// Live workers: open control sessions, or with expiry leases unexpired member rows (the
-    /// caller's renewed first: a worker's membership call is its renewal).
+    /// Live workers, by the lease model's membership.
     fn live_workers(&mut self, session: u64, at: Time) -> usize {
-        let Some(length) = self.durable.expiry else {
-            return self.volatile.sessions.values().filter(|s| s.worker.is_some()).count();
-        };
-        if let Some(w) = self.volatile.sessions.get(&session).and_then(|s| s.worker.clone()) {
-            self.durable.members.insert(w, (session, at.saturating_add(length)));
+        match &mut self.leases {
+            Leases::SessionLocks(_) => SessionLocks::live_workers(&self.volatile),
+            Leases::ExpiryRows(rows) => rows.live_workers(&self.volatile, session, at),
         }
-        self.durable.members.values().filter(|(_, until)| *until > at).count()
-    }
-
-    /// Takes `partition`'s expiry lease if it has no holder or its expiry passed (recording the
-    /// expired holder's loss).
-    fn try_lease(
-        &mut self,
-        partition: PartitionId,
-        worker: String,
-        at: Time,
-        length: Duration,
-        rec: &SharedRecorder,
-    ) -> StoreResponse {
-        let mut rec = rec.borrow_mut();
-        if let Some(row) = self.durable.leases.get(&partition) {
-            match &row.holder {
-                Some(_) if row.expires_at > at => return StoreResponse::Lock(None),
-                Some(old) => {
-                    rec.log(
-                        at,
-                        "store",
-                        format_args!("lease p{partition} epoch {} of {old} expired", row.epoch),
-                    );
-                    lease_change(&mut rec, partition, old.clone(), row.epoch, LeaseEvent::Lost);
-                    rec.fault("expired_takeover");
-                }
-                None => {}
-            }
-        }
-        let epoch = self.durable.epochs.entry(partition).or_default();
-        *epoch += 1;
-        let epoch = Epoch(*epoch);
-        let clean = self.durable.unclean.insert(partition) || self.durable.breaks.always_clean;
-        let expires_at = at.saturating_add(length);
-        let row = LeaseRow { holder: Some(worker.clone()), epoch, expires_at };
-        self.durable.leases.insert(partition, row);
-        lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Acquired);
-        if clean {
-            rec.log(at, "store", format_args!("p{partition} was handed back clean"));
-        }
-        let until_us = Some(expires_at.0.as_micros() as u64);
-        StoreResponse::Lock(Some(Granted { epoch, clean, until_us }))
-    }
-
-    /// Hands an expiry lease back (its fence passed): no holder, expired, clean or not.
-    fn hand_back(
-        &mut self,
-        partition: PartitionId,
-        epoch: Epoch,
-        clean: bool,
-        at: Time,
-        rec: &SharedRecorder,
-    ) -> StoreResponse {
-        let Some(row) = self.durable.leases.get_mut(&partition) else {
-            return StoreResponse::NotHeld;
-        };
-        let worker = row.holder.take().unwrap_or_default();
-        row.expires_at = Time::ZERO;
-        if clean {
-            self.durable.unclean.remove(&partition);
-        }
-        let mut rec = rec.borrow_mut();
-        lease_change(&mut rec, partition, worker, epoch, LeaseEvent::Released);
-        let how = if clean { "clean" } else { "unclean" };
-        rec.log(at, "store", format_args!("p{partition} handed back {how}"));
-        StoreResponse::Ok
     }
 
     /// Empties the store as a freshly created database would be, keeping its lease model; session
     /// ids stay unique (sessions of the old contents may still be open).
     pub fn wipe(&mut self) {
-        let (next_session, expiry) = (self.volatile.next_session, self.durable.expiry);
+        let (next_session, expiry) = (self.volatile.next_session, self.leases.expiry());
         *self = StoreState::default();
         self.volatile.next_session = next_session;
-        self.durable.expiry = expiry;
+        self.leases = Leases::new(expiry);
     }
 
     /// Loses `partition`'s lease the way this store loses one: a session lock's session is
     /// terminated (`pg_terminate_backend`; its connection closes at its next request), an
     /// expiry lease expires now. Whether there was a lease to lose.
     pub fn break_lease(&mut self, partition: PartitionId, rec: &SharedRecorder) -> bool {
-        let at = now();
-        if self.durable.expiry.is_some() {
-            let Some(row) = self.durable.leases.get_mut(&partition) else { return false };
-            row.expires_at = at;
-            return row.holder.is_some();
-        }
-        let held: Vec<u64> =
-            self.volatile.locks.keys().filter(|(p, _)| *p == partition).map(|(_, s)| *s).collect();
+        let held = match &mut self.leases {
+            Leases::ExpiryRows(rows) => return rows.expire(partition, now()),
+            Leases::SessionLocks(locks) => locks.holders(partition),
+        };
         for session in &held {
             self.volatile.terminated.insert(*session);
             self.close_session(*session, "terminated", rec);
@@ -767,11 +606,8 @@ impl StoreState {
     }
 
     /// The partition's oldest rows from seq `from` on, at most `limit` of them and ending at the
-    /// first that waits: a head read's answer. A row the online repartition's barrier holds
-    /// comes back with a short wait, like a recorded backoff: the worker looks again without an
-    /// attempt. The rows of the keys in `skip` (parked by the drain) are passed over, so the
-    /// first row of a key is its oldest; the `skip-without-parking` design passes over the rows
-    /// that are backing off instead, whatever their key, so a failing key's later rows go first.
+    /// first that waits: a head read's answer. The rows of the keys in `skip` (parked by the
+    /// drain) are passed over, so the first row of a key is its oldest.
     fn heads(
         &self,
         partition: PartitionId,
@@ -780,24 +616,24 @@ impl StoreState {
         skip: &ParkedKeys,
         limit: usize,
     ) -> Vec<WireHead> {
+        let rows = self.rows_from(partition, from).filter(|(_, row)| !skip.contains(&row.key));
+        self.until_one_waits(rows.take(limit), at)
+    }
+
+    /// The partition's rows from seq `from` on, in seq order.
+    fn rows_from(&self, partition: PartitionId, from: Seq) -> impl Iterator<Item = (Seq, &Row)> {
+        let rows = self.durable.rows.range((partition, from)..=(partition, Seq(i64::MAX)));
+        rows.map(|((_, seq), row)| (*seq, row))
+    }
+
+    /// `rows` as a head read answers them at `at`, ending at the first that waits.
+    fn until_one_waits<'a>(
+        &self,
+        rows: impl Iterator<Item = (Seq, &'a Row)>,
+        at: Time,
+    ) -> Vec<WireHead> {
         let mut heads = Vec::new();
-        if self.durable.breaks.stuck_key_blocks && self.oldest_key_is_stuck(partition, skip) {
-            return heads;
-        }
-        if let Some(order) = self.durable.breaks.head_order {
-            let mut rows: Vec<(Seq, &Row)> = self.visible(partition, from, at, skip).collect();
-            rows.sort_by_key(|(seq, row)| order.key(*seq, row));
-            for (seq, row) in rows.into_iter().take(limit) {
-                let head = self.wire_head(seq, row, at);
-                let waits = head.wait_us.is_some();
-                heads.push(head);
-                if waits {
-                    break;
-                }
-            }
-            return heads;
-        }
-        for (seq, row) in self.visible(partition, from, at, skip).take(limit) {
+        for (seq, row) in rows {
             let head = self.wire_head(seq, row, at);
             let waits = head.wait_us.is_some();
             heads.push(head);
@@ -806,40 +642,6 @@ impl StoreState {
             }
         }
         heads
-    }
-
-    /// `stuck-key-blocks-partition`: whether the partition's oldest row belongs to a key that
-    /// is parked (in `skip`) or has a row in the dead-letter table.
-    fn oldest_key_is_stuck(&self, partition: PartitionId, skip: &ParkedKeys) -> bool {
-        let mut rows = self.durable.rows.range((partition, Seq(0))..=(partition, Seq(i64::MAX)));
-        rows.next().is_some_and(|(_, row)| {
-            skip.contains(&row.key)
-                || self.durable.dead.iter().any(|(_, dead, _)| dead.key == row.key)
-        })
-    }
-
-    /// The partition's rows from seq `from` on that a head read sees: those of keys not in
-    /// `skip`; the `skip-without-parking` design passes over the rows that are backing off
-    /// instead, whatever their key, so a failing key's later rows go first.
-    fn visible<'a>(
-        &'a self,
-        partition: PartitionId,
-        from: Seq,
-        at: Time,
-        skip: &'a ParkedKeys,
-    ) -> impl Iterator<Item = (Seq, &'a Row)> + 'a {
-        let skipping = self.durable.breaks.skip_without_parking;
-        self.durable
-            .rows
-            .range((partition, from)..=(partition, Seq(i64::MAX)))
-            .filter(move |(_, row)| {
-                if skipping {
-                    row.not_before.is_none_or(|t| t <= at)
-                } else {
-                    !skip.contains(&row.key)
-                }
-            })
-            .map(|((_, seq), row)| (*seq, row))
     }
 
     /// A row as a head read answers it at `at`. A row the online repartition's barrier holds
@@ -875,13 +677,11 @@ impl StoreState {
         if self.volatile.uncommitted.contains_key(&session) {
             return StoreResponse::Refused("one open insert per session".into());
         }
-        // PostgreSQL takes the seq at the insert, so rows can commit out of seq order; SQLite
-        // serialises its writers, so seq order is commit order (the expiry lease's cursor
-        // depends on it): there the seq is taken at the commit.
+        // PostgreSQL takes the seq at the insert, SQLite at the commit (`Leases::seq_at_commit`).
         let xid = self.durable.next_xid;
         self.volatile.open_xids.insert(session, xid);
         self.durable.next_xid += 1;
-        let seq = if self.durable.expiry.is_some() {
+        let seq = if self.leases.seq_at_commit() {
             Seq(0)
         } else {
             self.durable.next_seq += 1;
@@ -910,7 +710,7 @@ impl StoreState {
         if !self.durable.committed_ids.insert(row.event_id.clone()) {
             return StoreResponse::Duplicate;
         }
-        if self.durable.expiry.is_some() {
+        if self.leases.seq_at_commit() {
             self.durable.next_seq += 1;
             seq = Seq(self.durable.next_seq);
             row.origin = seq;
@@ -1018,8 +818,7 @@ mod tests {
     /// event ids in seq order.
     fn commit_in_reverse(expiry: Option<Duration>) -> Vec<String> {
         let rec: SharedRecorder = Rc::default();
-        let mut st = StoreState::default();
-        st.durable.expiry = expiry;
+        let mut st = StoreState { leases: Leases::new(expiry), ..StoreState::default() };
         let (a, b) = (st.open_session(), st.open_session());
         insert(&mut st, a, "e1", &rec);
         insert(&mut st, b, "e2", &rec);
@@ -1047,8 +846,7 @@ mod tests {
     #[test]
     fn a_flush_deletes_only_the_rows_of_leases_still_held() {
         let rec: SharedRecorder = Rc::default();
-        let mut st = StoreState::default();
-        st.durable.expiry = Some(LENGTH);
+        let mut st = StoreState { leases: Leases::new(Some(LENGTH)), ..StoreState::default() };
         let s = st.open_session();
         let (p0, p1) = (PartitionId(0), PartitionId(1));
         let mut seqs = Vec::new();
@@ -1087,8 +885,12 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(st.queued(), [seqs[1], seqs[3]], "the lost lease acknowledged nothing");
-        assert_eq!(st.durable.leases[&p0].expires_at, at(3_000).saturating_add(LENGTH));
-        assert_eq!(st.durable.leases[&p1].epoch, new, "the new holder's lease is untouched");
-        assert_eq!(st.durable.leases[&p1].expires_at, at(2_500).saturating_add(LENGTH));
+        assert_eq!(st.leases.expiry_row(p0).unwrap().expires_at, at(3_000).saturating_add(LENGTH));
+        assert_eq!(
+            st.leases.expiry_row(p1).unwrap().epoch,
+            new,
+            "the new holder's lease is untouched"
+        );
+        assert_eq!(st.leases.expiry_row(p1).unwrap().expires_at, at(2_500).saturating_add(LENGTH));
     }
 }
