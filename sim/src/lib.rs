@@ -12,6 +12,7 @@ pub mod control;
 pub mod faults;
 mod generate;
 pub mod hosts;
+pub mod model;
 pub(crate) mod protocol;
 pub mod regression;
 pub mod rehearsal;

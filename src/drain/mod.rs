@@ -381,7 +381,10 @@ enum Phase {
 }
 
 /// One partition's drain state machine. See the module docs for the call order.
-#[derive(Debug)]
+///
+/// `Clone` copies the whole machine, jitter RNG included, so a copy makes the same decisions
+/// from the same inputs (the model checker keeps one copy per explored state).
+#[derive(Clone, Debug)]
 pub struct Drain {
     config: DrainConfig,
     rng: StdRng,

@@ -114,8 +114,9 @@ pub struct Read {
     at: Time,
 }
 
-/// One lease's cursor, rows read ahead and buffered acknowledgements.
-#[derive(Debug)]
+/// One lease's cursor, rows read ahead and buffered acknowledgements. `Clone` copies all of it
+/// (the model checker keeps one copy per explored state).
+#[derive(Clone, Debug)]
 pub struct SessionDrain {
     options: SessionDrainOptions,
     /// The last acknowledged (or dead-lettered) seq: head reads start after it.

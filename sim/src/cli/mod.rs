@@ -9,6 +9,7 @@ use keyorder_sim::{Break, Scenario, Size};
 
 mod catalogue;
 mod merge;
+mod model;
 mod rehearse;
 mod replay;
 mod shrink;
@@ -41,6 +42,9 @@ enum Command {
     /// Run a change of partition count with your key distribution: drain-and-switch, online,
     /// and the unsafe flip, on the same seeds.
     Plan(rehearse::PlanArgs),
+    /// Check every interleaving of a small configuration (workers, partitions, keys, events,
+    /// faults) exhaustively; exit 1 with the shortest counterexample on a violation.
+    Model(model::ModelArgs),
 }
 
 #[derive(Debug, Args)]
@@ -143,6 +147,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Shrink(args) => shrink::run(args),
         Command::Catalogue(args) => catalogue::run_catalogue(args),
         Command::Plan(args) => rehearse::run(args),
+        Command::Model(args) => model::run(args),
         Command::Scenario(args) => {
             let scenario = match args.broken {
                 Some(b) => Scenario::generate_broken(args.size, args.seed, b),
