@@ -19,8 +19,8 @@
 
 use std::time::Duration;
 
-use crate::drain::ParkedKeys;
-use crate::ids::{Epoch, PartitionId, Seq};
+use crate::drain::{Head, ParkedKeys};
+use crate::ids::{Epoch, PartitionId, Seq, Time};
 use crate::routing::PartitionCount;
 
 mod ack_buffer;
@@ -204,6 +204,22 @@ pub struct StoredHead {
     pub wait: Option<Duration>,
     /// The error of the last failed attempt.
     pub last_error: Option<String>,
+}
+
+impl StoredHead {
+    /// The drain's head for this row read at `now`: its remaining wait becomes a time on the
+    /// reader's clock.
+    pub fn into_head(self, now: Time) -> Head {
+        Head {
+            seq: self.seq,
+            event_id: self.event_id,
+            key: self.key,
+            payload: self.payload,
+            attempts: self.attempts,
+            not_before: self.wait.map(|w| now.saturating_add(w)),
+            last_error: self.last_error,
+        }
+    }
 }
 
 /// How the previous holder of a lease gave it up, as the store recorded it under the lease.

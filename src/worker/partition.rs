@@ -8,9 +8,9 @@ use tokio::sync::oneshot::{self, error::TryRecvError};
 use crate::clock::Clock;
 use crate::deliver::{Deliver, DeliverError};
 use crate::drain::{Action, Drain, DrainConfig, DrainError, Head, Input};
-use crate::ids::{PartitionId, Time};
+use crate::ids::PartitionId;
 use crate::store::timed::TimedLease;
-use crate::store::{Handover, LeaseSession, StoreError, StoredHead};
+use crate::store::{Handover, LeaseSession, StoreError};
 
 use super::{Observer, WorkerEvent};
 
@@ -197,7 +197,7 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                         Some(lease.epoch()),
                         "a head read under another lease"
                     );
-                    self.feed(drain, Input::HeadFetched(head.map(|h| to_head(h, now))))
+                    self.feed(drain, Input::HeadFetched(head.map(|h| h.into_head(now))))
                         .map_err(Stop::Refused)?;
                 }
                 Action::Deliver { partition, head, attempt, .. } => {
@@ -293,18 +293,6 @@ impl<D: Deliver, C: Clock> PartitionTask<D, C> {
                 error: super::chain(&err),
             },
         }
-    }
-}
-
-fn to_head(h: StoredHead, now: Time) -> Head {
-    Head {
-        seq: h.seq,
-        event_id: h.event_id,
-        key: h.key,
-        payload: h.payload,
-        attempts: h.attempts,
-        not_before: h.wait.map(|w| now.saturating_add(w)),
-        last_error: h.last_error,
     }
 }
 

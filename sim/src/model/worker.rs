@@ -10,7 +10,6 @@ use std::hash::{Hash, Hasher};
 use keyorder::check::LeaseEvent;
 use keyorder::drain::{self, Drain, DrainConfig, Head, Input};
 use keyorder::store::session_drain::{SessionDrain, SessionDrainOptions};
-use keyorder::store::StoredHead;
 use keyorder::{Epoch, PartitionId, Time};
 
 use super::lease::{Lease, Lost};
@@ -94,19 +93,6 @@ fn event_of(head: &Head) -> u8 {
     head.event_id[1..].parse::<u8>().map_or(0, |n| n.saturating_sub(1))
 }
 
-/// `partition.rs`'s conversion: a row's remaining wait becomes a time on the worker's clock.
-fn to_head(h: StoredHead, now: Time) -> Head {
-    Head {
-        seq: h.seq,
-        event_id: h.event_id,
-        key: h.key,
-        payload: h.payload,
-        attempts: h.attempts,
-        not_before: h.wait.map(|w| now.saturating_add(w)),
-        last_error: h.last_error,
-    }
-}
-
 /// Worker `w` takes partition `p`'s lock: a new epoch, the takeover wait after an unclean
 /// hand-back (as `Worker::spawn` decides it).
 pub fn acquire(cfg: &Config, s: &mut State, w: u8, p: u8) {
@@ -188,7 +174,7 @@ pub fn act(cfg: &Config, s: &mut State, w: u8, p: u8) {
     let result: Result<After, Lost> = match action {
         drain::Action::FetchHead { skip, .. } => lease
             .fetch_head(&skip)
-            .map(|head| After::Feed(Input::HeadFetched(head.map(|h| to_head(h, now))))),
+            .map(|head| After::Feed(Input::HeadFetched(head.map(|h| h.into_head(now))))),
         drain::Action::Deliver { head, attempt, .. } => lease.ensure_lasts().map(|()| {
             After::Sent(Request {
                 worker: w,
